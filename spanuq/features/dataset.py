@@ -1,0 +1,71 @@
+"""What the probe and the baselines consume: one `ResponseExample` per greedy answer.
+
+`collate` pads a list of examples into a `Batch`.  Span targets are normalised per
+example by its own length T: span (b, e) (inclusive token indices) becomes the
+continuous interval [b/T, (e+1)/T]; token t sits at centre (t + 0.5)/T.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class ResponseExample:
+    prompt_id: str
+    domain: str
+    split: str
+    h: torch.Tensor  # (T, d) fused hidden states (float32 once loaded)
+    entropy: torch.Tensor  # (T,) token entropy of the backbone's next-token distribution
+    token_ids: list[int]
+    spans: torch.Tensor  # (K, 2) long, inclusive token indices (tok_start, tok_end)
+    u: torch.Tensor  # (K,) float soft labels u*
+    u_seq: float | None = None  # mean of u; None when the answer has no claims
+    response: str = ""
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.h.shape[0])
+
+    def normalized_spans(self) -> torch.Tensor:
+        """(K, 2) float in [0, 1]: [b/T, (e+1)/T]."""
+        T = float(self.n_tokens)
+        s = self.spans.float()
+        return torch.stack([s[:, 0] / T, (s[:, 1] + 1) / T], dim=-1) if len(s) else s.reshape(0, 2)
+
+
+@dataclass
+class Batch:
+    h: torch.Tensor  # (B, T_max, d) float32
+    entropy: torch.Tensor  # (B, T_max)
+    mask: torch.Tensor  # (B, T_max) bool, True on real tokens
+    lengths: torch.Tensor  # (B,) long
+    targets: list[dict[str, torch.Tensor]]  # per example: spans (K,2) normalised, u (K,), u_seq ()
+    examples: list[ResponseExample]
+
+    def to(self, device) -> "Batch":
+        return Batch(
+            self.h.to(device), self.entropy.to(device), self.mask.to(device), self.lengths.to(device),
+            [{k: v.to(device) for k, v in t.items()} for t in self.targets], self.examples,
+        )
+
+
+def collate(examples: list[ResponseExample]) -> Batch:
+    B = len(examples)
+    T = max(e.n_tokens for e in examples)
+    d = examples[0].h.shape[1]
+    h = torch.zeros(B, T, d, dtype=torch.float32)
+    ent = torch.zeros(B, T, dtype=torch.float32)
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    targets = []
+    for i, e in enumerate(examples):
+        n = e.n_tokens
+        h[i, :n] = e.h.float()
+        ent[i, :n] = e.entropy.float()
+        mask[i, :n] = True
+        u_seq = e.u_seq if e.u_seq is not None else (float(e.u.mean()) if len(e.u) else 0.0)
+        targets.append({"spans": e.normalized_spans(), "u": e.u.float(), "u_seq": torch.tensor(u_seq)})
+    lengths = torch.tensor([e.n_tokens for e in examples], dtype=torch.long)
+    return Batch(h, ent, mask, lengths, targets, examples)

@@ -1,0 +1,122 @@
+"""The generate stage: prompts.jsonl → generations.jsonl (+ a report).
+
+Per-prompt results are cached by content hash (backbone, chat prompt, decoding
+settings, seed), so a killed run resumes where it stopped and a re-run with the
+same params makes no model call.  Empty and truncated answers are recorded, not
+dropped: downstream stages decide what to do with them and the report counts them.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from ..cache import ItemCache, content_hash
+from ..config import Config
+from ..io import read_records, write_json, write_jsonl
+from ..llm import chat_prompt, load_tokenizer, response_token_ids
+from ..paths import StagePaths
+from ..records import Generation, Prompt, Sample
+from .base import Completion, Generator, make_generator
+
+log = logging.getLogger(__name__)
+
+
+def prompt_seed(base_seed: int, prompt_id: str) -> int:
+    """A per-prompt seed that does not depend on batch composition or order."""
+    return (base_seed * 1_000_003 + zlib.crc32(prompt_id.encode())) % (2**31 - 1)
+
+
+def decoding_settings(cfg: Config) -> dict:
+    g = cfg.generate
+    return {
+        "backend": g.backend, "n_samples": g.n_samples, "max_new_tokens": g.max_new_tokens,
+        "temperature": g.temperature, "top_p": g.top_p, "greedy_temperature": 0.0,
+    }
+
+
+def _sample(tok, c: Completion) -> Sample:
+    reason = c.finish_reason if c.finish_reason in ("stop", "length", "error") else "stop"
+    return Sample(text=c.text, token_ids=response_token_ids(tok, c.text) if c.text else [],
+                  finish_reason=reason, error=c.error)
+
+
+def generate_all(cfg: Config, prompts: list[Prompt], generator: Generator | None = None,
+                 cache_dir: Path | None = None, progress: bool = True) -> tuple[list[Generation], dict]:
+    """Generate greedy + S samples for each prompt, reusing cached items."""
+    paths = StagePaths.from_config(cfg)
+    cache = ItemCache(cache_dir or paths.stage_cache("generate"))
+    tok = load_tokenizer(cfg)
+    dec = decoding_settings(cfg)
+    chats = [chat_prompt(tok, p.text, cfg.backbone.system_prompt) for p in prompts]
+    keys = [content_hash({"backbone": cfg.backbone.name, "chat": c, "decoding": dec,
+                          "seed": cfg.generate.seed, "v": 1}) for c in chats]
+    todo = [i for i, k in enumerate(keys) if k not in cache]
+    stats = {"prompts": len(prompts), "cached": len(prompts) - len(todo), "generated": 0,
+             "generated_tokens": 0, "generate_seconds": 0.0}
+    if todo:
+        gen = generator or make_generator(cfg)
+        bs = max(1, cfg.generate.batch_size)
+        bar = tqdm(total=len(todo), desc=f"generate[{gen.name}]", unit="prompt", disable=not progress)
+        try:
+            for s in range(0, len(todo), bs):
+                idx = todo[s:s + bs]
+                t0 = time.perf_counter()
+                greedy = gen.greedy([chats[i] for i in idx])
+                seeds = [prompt_seed(cfg.generate.seed, prompts[i].id) for i in idx]
+                samples = gen.sample([chats[i] for i in idx], cfg.generate.n_samples, seeds)
+                stats["generate_seconds"] += time.perf_counter() - t0
+                for j, i in enumerate(idx):
+                    rec = Generation(
+                        prompt_id=prompts[i].id, backbone=cfg.backbone.name, prompt_text=prompts[i].text,
+                        chat_prompt=chats[i], greedy=_sample(tok, greedy[j]),
+                        samples=[_sample(tok, c) for c in samples[j]], decoding=dec, seed=seeds[j],
+                    )
+                    stats["generated_tokens"] += len(rec.greedy.token_ids) + sum(len(x.token_ids) for x in rec.samples)
+                    cache.put(keys[i], rec.model_dump(mode="json"))  # durable before moving on
+                    stats["generated"] += 1
+                bar.update(len(idx))
+        finally:
+            bar.close()
+            if generator is None:
+                gen.close()
+    gens = [Generation.model_validate(cache.get(k)) for k in keys]
+    return gens, stats
+
+
+def summarize(gens: list[Generation]) -> dict:
+    n = max(1, len(gens))
+    lens = [len(g.greedy.token_ids) for g in gens]
+    all_samples = [s for g in gens for s in g.samples]
+    return {
+        "n": len(gens),
+        "empty_greedy": sum(g.empty for g in gens),
+        "truncated_greedy": sum(g.greedy.finish_reason == "length" for g in gens),
+        "empty_samples": sum(not s.text.strip() for s in all_samples),
+        "truncated_samples": sum(s.finish_reason == "length" for s in all_samples),
+        "mean_greedy_tokens": sum(lens) / n,
+        "max_greedy_tokens": max(lens, default=0),
+    }
+
+
+def run_generate(cfg: Config, progress: bool = True) -> Path:
+    """DVC/Prefect entry point: read prompts, generate, write generations + report."""
+    paths = StagePaths.from_config(cfg)
+    prompts = read_records(paths.prompts, Prompt)
+    if not prompts:
+        raise ValueError(f"{paths.prompts} has no prompts")
+    t0 = time.perf_counter()
+    gens, stats = generate_all(cfg, prompts, progress=progress)
+    wall = time.perf_counter() - t0
+    write_jsonl(paths.generations, gens)
+    report = {**summarize(gens), **stats, "wall_seconds": round(wall, 2)}
+    if stats["generate_seconds"] > 0:
+        report["tokens_per_second"] = round(stats["generated_tokens"] / stats["generate_seconds"], 1)
+    write_json(paths.generate_report, report)
+    for k in ("empty_greedy", "truncated_greedy"):
+        if report[k]:
+            log.warning("%d of %d greedy answers are %s", report[k], report["n"], k.split("_")[0])
+    return paths.generations

@@ -1,0 +1,118 @@
+"""A small client for OpenAI-compatible endpoints (vLLM, llama.cpp server, providers).
+
+Used by the server generation backend and by the label judge: one place for
+retries with exponential back-off on timeouts, 429 and 5xx, and for the API key,
+which is read from the environment variable named in params and never logged.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class EndpointUnreachable(RuntimeError):
+    """The server could not be reached at all (connection refused, DNS, ...)."""
+
+
+class EndpointError(RuntimeError):
+    """The server answered with a non-retryable error, or retries ran out."""
+
+
+@dataclass
+class CallStats:
+    calls: int = 0
+    retries: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add_usage(self, usage: dict | None) -> None:
+        if usage:
+            self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+            self.completion_tokens += int(usage.get("completion_tokens") or 0)
+
+
+@dataclass
+class OpenAIClient:
+    base_url: str
+    api_key_env: str | None = None
+    timeout_s: float = 60.0
+    max_retries: int = 4
+    backoff_s: float = 1.0
+    stats: CallStats = field(default_factory=CallStats)
+
+    def __post_init__(self) -> None:
+        self.base_url = self.base_url.rstrip("/")
+        headers = {"Content-Type": "application/json"}
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise EndpointError(f"environment variable {self.api_key_env} (the API key) is not set")
+            headers["Authorization"] = f"Bearer {key}"
+        self._http = httpx.Client(timeout=self.timeout_s, headers=headers)
+
+    def __repr__(self) -> str:  # never show the key
+        return f"OpenAIClient(base_url={self.base_url!r}, api_key_env={self.api_key_env!r})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def check(self) -> list[str]:
+        """Ids of the served models; a clear error if the endpoint is down."""
+        try:
+            r = self._http.get(f"{self.base_url}/models", timeout=min(self.timeout_s, 10))
+            r.raise_for_status()
+        except httpx.TransportError as e:
+            raise EndpointUnreachable(
+                f"cannot reach the OpenAI-compatible server at {self.base_url} ({type(e).__name__}); "
+                "is it running? (e.g. `spanuq llama-server`, `vllm serve MODEL`)"
+            ) from None
+        except httpx.HTTPStatusError as e:
+            raise EndpointError(f"{self.base_url}/models answered HTTP {e.response.status_code}") from None
+        return [m.get("id", "") for m in r.json().get("data", [])]
+
+    def post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST with retries on transport errors, timeouts, 429 and 5xx."""
+        url = f"{self.base_url}/{path.lstrip('/')}"
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self.stats.retries += 1
+                delay = self.backoff_s * (2 ** (attempt - 1)) * (0.5 + random.random())
+                time.sleep(delay)
+            self.stats.calls += 1
+            try:
+                r = self._http.post(url, json=payload)
+            except httpx.ConnectError as e:
+                last = f"connection failed ({e.__class__.__name__})"
+                if attempt == self.max_retries:
+                    self.stats.failures += 1
+                    raise EndpointUnreachable(f"cannot reach {url}: {last}") from None
+                continue
+            except httpx.TransportError as e:  # timeouts, resets
+                last = f"{e.__class__.__name__}"
+                continue
+            if r.status_code in RETRYABLE_STATUS:
+                last = f"HTTP {r.status_code}"
+                retry_after = r.headers.get("retry-after")
+                if retry_after and retry_after.replace(".", "", 1).isdigit():
+                    time.sleep(min(float(retry_after), 30.0))
+                continue
+            if r.status_code >= 400:
+                self.stats.failures += 1
+                raise EndpointError(f"{url} answered HTTP {r.status_code}: {r.text[:300]}")
+            data = r.json()
+            self.stats.add_usage(data.get("usage"))
+            return data
+        self.stats.failures += 1
+        raise EndpointError(f"{url}: gave up after {self.max_retries + 1} attempts (last: {last})")
