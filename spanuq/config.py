@@ -61,6 +61,10 @@ class GenerateConfig(_Section):
     seed: int = 0
     batch_size: int = 16
     # OpenAI-compatible server (vllm serve, llama.cpp server, a provider)
+    # backend=server with launch_server: the stage starts the real llama.cpp server on the
+    # backbone's shipped GGUF (127.0.0.1, free port) and stops it afterwards.
+    launch_server: bool = False
+    server_threads: int | None = None
     server_url: str = "http://127.0.0.1:8080/v1"
     server_model: str | None = None
     api_key_env: str | None = None  # name of the env var holding the key

@@ -69,3 +69,33 @@ def collate(examples: list[ResponseExample]) -> Batch:
         targets.append({"spans": e.normalized_spans(), "u": e.u.float(), "u_seq": torch.tensor(u_seq)})
     lengths = torch.tensor([e.n_tokens for e in examples], dtype=torch.long)
     return Batch(h, ent, mask, lengths, targets, examples)
+
+
+def load_examples(features_dir, labels_path, splits: tuple[str, ...] | None = None,
+                  include_unlabeled: bool = False) -> list[ResponseExample]:
+    """Join label records with stored features into `ResponseExample`s.
+
+    Responses whose labelling failed (status error/empty) are skipped; answers with
+    no claims are kept only with `include_unlabeled` (they teach "no span here").
+    """
+    from ..io import read_records
+    from ..records import LabeledResponse
+    from .store import FeatureStore
+
+    store = FeatureStore(features_dir)
+    out = []
+    for rec in read_records(labels_path, LabeledResponse):
+        if splits and rec.split not in splits:
+            continue
+        if rec.status != "ok" and not (include_unlabeled and rec.status == "no_claims"):
+            continue
+        if rec.prompt_id not in store:
+            raise KeyError(f"no features for {rec.prompt_id}; re-run `spanuq extract`")
+        it = store[rec.prompt_id]
+        if it.h.shape[0] != rec.n_tokens:
+            raise ValueError(f"{rec.prompt_id}: labels have {rec.n_tokens} tokens, features {it.h.shape[0]}")
+        spans = torch.tensor([[s.tok_start, s.tok_end] for s in rec.spans], dtype=torch.long).reshape(-1, 2)
+        u = torch.tensor([s.u for s in rec.spans], dtype=torch.float32)
+        out.append(ResponseExample(rec.prompt_id, rec.domain, rec.split, it.h, it.entropy, it.token_ids.tolist(),
+                                   spans, u, rec.u_seq, rec.response))
+    return out

@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import time
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from tqdm.auto import tqdm
 
@@ -38,6 +40,37 @@ def decoding_settings(cfg: Config) -> dict:
     }
 
 
+@contextmanager
+def open_generator(cfg: Config) -> Iterator[Generator]:
+    """The configured backend; with ``backend=server, launch_server=true`` a managed
+    llama.cpp server on the backbone's shipped GGUF runs for the duration."""
+    g = cfg.generate
+    if g.backend == "server" and g.launch_server:
+        from ..backbones import get_preset
+        from ..llamacpp import LlamaCppServer
+        from ..llm import gguf_path
+
+        preset = get_preset(cfg.backbone.name)
+        if not preset.gguf_package:
+            raise ValueError(f"generate.launch_server needs a GGUF backbone; {preset.name} has none "
+                             "(start `vllm serve` yourself and set generate.server_url)")
+        log_path = StagePaths.from_config(cfg).stage_cache("generate").parent / "llama-server.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with LlamaCppServer(gguf_path(preset), n_threads=g.server_threads, log_path=log_path) as srv:
+            cfg = cfg.model_copy(update={"generate": g.model_copy(update={"server_url": srv.base_url})})
+            gen = make_generator(cfg)
+            try:
+                yield gen
+            finally:
+                gen.close()
+        return
+    gen = make_generator(cfg)
+    try:
+        yield gen
+    finally:
+        gen.close()
+
+
 def _sample(tok, c: Completion) -> Sample:
     reason = c.finish_reason if c.finish_reason in ("stop", "length", "error") else "stop"
     return Sample(text=c.text, token_ids=response_token_ids(tok, c.text) if c.text else [],
@@ -58,10 +91,9 @@ def generate_all(cfg: Config, prompts: list[Prompt], generator: Generator | None
     stats = {"prompts": len(prompts), "cached": len(prompts) - len(todo), "generated": 0,
              "generated_tokens": 0, "generate_seconds": 0.0}
     if todo:
-        gen = generator or make_generator(cfg)
-        bs = max(1, cfg.generate.batch_size)
-        bar = tqdm(total=len(todo), desc=f"generate[{gen.name}]", unit="prompt", disable=not progress)
-        try:
+        with (open_generator(cfg) if generator is None else _borrowed(generator)) as gen:
+            bs = max(1, cfg.generate.batch_size)
+            bar = tqdm(total=len(todo), desc=f"generate[{gen.name}]", unit="prompt", disable=not progress)
             for s in range(0, len(todo), bs):
                 idx = todo[s:s + bs]
                 t0 = time.perf_counter()
@@ -79,12 +111,14 @@ def generate_all(cfg: Config, prompts: list[Prompt], generator: Generator | None
                     cache.put(keys[i], rec.model_dump(mode="json"))  # durable before moving on
                     stats["generated"] += 1
                 bar.update(len(idx))
-        finally:
             bar.close()
-            if generator is None:
-                gen.close()
     gens = [Generation.model_validate(cache.get(k)) for k in keys]
     return gens, stats
+
+
+@contextmanager
+def _borrowed(gen: Generator) -> Iterator[Generator]:
+    yield gen  # the caller owns (and closes) it
 
 
 def summarize(gens: list[Generation]) -> dict:

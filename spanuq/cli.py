@@ -1,0 +1,95 @@
+"""`spanuq` command line: one subcommand per pipeline stage, plus tools.
+
+    spanuq generate                       # reads params.yaml
+    spanuq generate -o generate.n_samples=3 --preset cpu-full
+    spanuq probe-layers --layers 4,8,12,16,20,24,28
+    spanuq llama-server --port 8080       # the shipped GGUF behind an OpenAI-compatible API
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from .stages import STAGES
+
+
+def _quiet_env() -> None:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-p", "--params", default="params.yaml", help="params file (default: params.yaml)")
+    p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a param, e.g. -o generate.n_samples=3 (repeatable)")
+    p.add_argument("--preset", default=None, help="a preset from params.yaml `presets:` (e.g. cpu-full)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def _config(args):
+    from .config import load_config
+
+    return load_config(args.params, args.override, args.preset)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_env()
+    ap = argparse.ArgumentParser(prog="spanuq", description="Span-level uncertainty for LLM answers.")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in STAGES:
+        _add_config_args(sub.add_parser(name, help=f"run the {name} stage"))
+    sp = sub.add_parser("config", help="print the resolved config as JSON")
+    _add_config_args(sp)
+    sp = sub.add_parser("probe-layers", help="single-layer MLP probes per layer (oracle spans): AUROC per layer")
+    _add_config_args(sp)
+    sp.add_argument("--layers", default=None, help="comma-separated layer indices (default: every 2nd layer)")
+    sp.add_argument("--out", default=None, help="output folder (default: data/<backbone>/layer_probe)")
+    sp = sub.add_parser("llama-server", help="serve the backbone's shipped GGUF (llama.cpp, OpenAI-compatible)")
+    _add_config_args(sp)
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=int, default=8080)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = _config(args)
+        if args.cmd in STAGES:
+            from .stages import run_stage
+
+            out = run_stage(args.cmd, cfg, progress=not args.no_progress)
+            print(f"{args.cmd}: wrote {out}")
+        elif args.cmd == "config":
+            print(json.dumps(cfg.model_dump(mode="json"), indent=2))
+        elif args.cmd == "probe-layers":
+            from .evaluate.layer_probe import run_layer_probe
+
+            layers = [int(x) for x in args.layers.split(",")] if args.layers else None
+            run_layer_probe(cfg, layers=layers, out_dir=args.out, progress=not args.no_progress)
+        elif args.cmd == "llama-server":
+            import time
+
+            from .backbones import get_preset
+            from .llamacpp import LlamaCppServer
+            from .llm import gguf_path
+
+            with LlamaCppServer(gguf_path(get_preset(cfg.backbone.name)), port=args.port, host=args.host) as srv:
+                print(f"serving {cfg.backbone.name} at {srv.base_url} (Ctrl-C to stop)", flush=True)
+                while srv.proc and srv.proc.poll() is None:
+                    time.sleep(1)
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
+        if args.verbose:
+            raise
+        print(f"spanuq {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Two-phase training of the SpanUQ probe (paper §3.2, §4.2).
+
+Warm-up epochs train span detection only (L_reg + L_val); joint epochs add the
+MoB NLL, ranking, consistency and UCIR terms.  AdamW + cosine annealing, early
+stopping on dev span AUROC (patience counted in the joint phase, where û is
+trained), seeded and deterministic on CPU.  The best epoch is saved as a
+safetensors checkpoint + JSON config, logged to MLflow and registered as
+``spanuq-<backbone>``; the ``champion`` alias moves only if dev AUROC improves.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .config import Config
+from .evaluate.metrics import evaluate_predictions
+from .evaluate.predict import predict_examples
+from .features.dataset import ResponseExample, collate, load_examples
+from .io import write_json
+from .llm import resolve_device
+from .model import HungarianMatcher, SetCriterion, SpanUQProbe, save_checkpoint
+from .paths import StagePaths
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def dev_score(metrics: dict) -> float:
+    """Model-selection score: dev span AUROC; when undefined (one class), Spearman ρ_s."""
+    span = metrics["span"]
+    for key in ("auroc", "spearman"):
+        v = span.get(key)
+        v = v.get("value") if isinstance(v, dict) else v
+        if v is not None and not math.isnan(v):
+            return float(v)
+    return -math.inf
+
+
+def evaluate_model(model, examples: list[ResponseExample], cfg: Config, device, bootstrap: int = 0) -> dict:
+    preds = predict_examples(model, examples, cfg.train.batch_size, device)
+    return evaluate_predictions(preds, examples, cfg.evaluate, bootstrap=bootstrap)
+
+
+def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExample],
+                progress: bool = True, on_epoch=None) -> tuple[SpanUQProbe, dict]:
+    """Train and return (best model, history). `on_epoch(epoch, metrics)` is called each epoch."""
+    tc = cfg.train
+    seed_everything(tc.seed)
+    if tc.num_threads:
+        torch.set_num_threads(tc.num_threads)
+    device = resolve_device(tc.device)
+    d_model = train[0].h.shape[1]
+    model = SpanUQProbe(cfg.probe, d_model).to(device)
+    criterion = SetCriterion(cfg.loss, HungarianMatcher.from_config(cfg.loss), seed=tc.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
+    epochs = tc.warmup_epochs + tc.joint_epochs
+    steps_per_epoch = math.ceil(len(train) / tc.batch_size)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
+    gen = torch.Generator().manual_seed(tc.seed)
+    best, best_score, best_epoch, bad = None, -math.inf, -1, 0
+    history: list[dict] = []
+    bar = tqdm(range(epochs), desc="train", unit="epoch", disable=not progress)
+    for epoch in bar:
+        phase = "warmup" if epoch < tc.warmup_epochs else "joint"
+        model.train()
+        order = torch.randperm(len(train), generator=gen).tolist()
+        sums: dict[str, float] = {}
+        t0 = time.perf_counter()
+        for s in range(0, len(order), tc.batch_size):
+            batch = collate([train[i] for i in order[s: s + tc.batch_size]]).to(device)
+            out = model(batch.h, batch.entropy if cfg.probe.use_entropy else None, batch.mask, batch.lengths)
+            loss, parts = criterion(out, batch.targets, phase=phase)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if tc.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+            opt.step()
+            sched.step()
+            for k, v in parts.items():
+                sums[k] = sums.get(k, 0.0) + v
+        n_steps = max(1, steps_per_epoch)
+        row = {"epoch": epoch + 1, "phase": phase, "seconds": round(time.perf_counter() - t0, 2),
+               "lr": opt.param_groups[0]["lr"], **{f"train_{k}": v / n_steps for k, v in sums.items()}}
+        dev_metrics = evaluate_model(model, dev, cfg, device) if dev else None
+        if dev_metrics:
+            row.update({
+                "dev_auroc": _value(dev_metrics["span"].get("auroc")),
+                "dev_mae": _value(dev_metrics["span"].get("mae")),
+                "dev_spearman": _value(dev_metrics["span"].get("spearman")),
+                "dev_f1": _value(dev_metrics["detection"].get("f1")),
+            })
+        history.append(row)
+        if on_epoch:
+            on_epoch(epoch + 1, row)
+        bar.set_postfix(loss=f"{row.get('train_loss', float('nan')):.3f}", auroc=row.get("dev_auroc"))
+        if phase == "warmup":
+            continue
+        score = dev_score(dev_metrics) if dev_metrics else -row.get("train_loss", 0.0)
+        if score > best_score or best is None:
+            best_score, best_epoch, bad = score, epoch + 1, 0
+            best = copy.deepcopy(model.state_dict())
+        else:
+            bad += 1
+            if bad >= tc.patience:
+                log.info("early stopping at epoch %d (best %d)", epoch + 1, best_epoch)
+                break
+    if best is not None:
+        model.load_state_dict(best)
+    model.eval()
+    return model, {"history": history, "best_epoch": best_epoch, "best_dev_score": best_score,
+                   "epochs_run": len(history), "n_parameters": model.num_parameters()}
+
+
+def _value(v):
+    return v.get("value") if isinstance(v, dict) else v
+
+
+def run_train(cfg: Config, progress: bool = True) -> Path:
+    """DVC/Prefect entry point: labels + features → probe checkpoint, report, MLflow run."""
+    from . import tracking
+
+    paths = StagePaths.from_config(cfg)
+    train = load_examples(paths.features, paths.labels, ("train",), include_unlabeled=True)
+    dev = load_examples(paths.features, paths.labels, ("dev",))
+    if not train:
+        raise ValueError(f"no training examples in {paths.labels}; check the label stage's report")
+    if cfg.train.num_threads is None:
+        torch.set_num_threads(os.cpu_count() or 1)
+    t0 = time.perf_counter()
+    with tracking.start_run(cfg, run_name=f"train-{cfg.backbone.name}", tags={"stage": "train"}) as run:
+        tracking.log_config(cfg)
+        model, info = train_probe(cfg, train, dev, progress,
+                                  on_epoch=lambda e, row: tracking.log_metrics(
+                                      {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "epoch"}, step=e))
+        seconds = time.perf_counter() - t0
+        dev_metrics = evaluate_model(model, dev, cfg, resolve_device(cfg.train.device)) if dev else None
+        dev_auroc = _value(dev_metrics["span"].get("auroc")) if dev_metrics else None
+        report = {"backbone": cfg.backbone.name, "n_train": len(train), "n_dev": len(dev),
+                  "train_spans": int(sum(len(e.u) for e in train)), "seconds": round(seconds, 1),
+                  "best_epoch": info["best_epoch"], "epochs_run": info["epochs_run"],
+                  "n_parameters": info["n_parameters"], "dev_auroc": dev_auroc,
+                  "dev_mae": _value(dev_metrics["span"].get("mae")) if dev_metrics else None,
+                  "dev_f1": _value(dev_metrics["detection"].get("f1")) if dev_metrics else None,
+                  "mlflow_run_id": run.info.run_id}
+        save_checkpoint(model, cfg.probe, train[0].h.shape[1], paths.probe,
+                        extra={"backbone": cfg.backbone.name, "layers": list(cfg.backbone.layers or []),
+                               "best_epoch": info["best_epoch"], "dev_auroc": dev_auroc})
+        write_json(paths.probe / "history.json", info["history"])
+        tracking.log_metrics({"best_dev_auroc": dev_auroc} if dev_auroc is not None else {})
+        if cfg.mlflow.register_model:
+            reg = tracking.log_probe(paths.probe, cfg, dev_auroc=dev_auroc)
+            report.update(reg or {})
+        write_json(paths.train_report, report)
+    return paths.probe

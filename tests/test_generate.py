@@ -1,0 +1,98 @@
+"""Generation: greedy answer + S samples through the Generator interface."""
+import json
+
+import pytest
+
+from spanuq.generate.stage import generate_all, prompt_seed, run_generate
+from spanuq.io import read_records, write_jsonl
+from spanuq.openai_client import EndpointUnreachable
+from spanuq.records import Generation, Prompt
+
+PROMPTS = [
+    Prompt(id="p1", domain="triviaqa", text="What is the capital of Australia?", references=["Canberra"]),
+    Prompt(id="p2", domain="biography", text="Tell me a bio of Marie Curie."),
+    Prompt(id="p3", domain="custom", text="¿Cuál es la capital de Francia?"),  # other languages are fine
+]
+
+
+def test_prompt_seeds_are_stable_and_distinct():
+    assert prompt_seed(0, "p1") == prompt_seed(0, "p1")
+    assert len({prompt_seed(0, p.id) for p in PROMPTS}) == len(PROMPTS)
+    assert prompt_seed(0, "p1") != prompt_seed(1, "p1")
+
+
+@pytest.mark.server
+def test_llama_cpp_server_backend_generates_greedy_and_samples(llama_server, make_cfg):
+    cfg = make_cfg("generate.backend=server", f"generate.server_url={llama_server.base_url}",
+                   "generate.launch_server=false", "generate.n_samples=3", "generate.max_new_tokens=24")
+    gens, stats = generate_all(cfg, PROMPTS, progress=False)
+    assert stats["generated"] == 3 and stats["cached"] == 0
+    for g, p in zip(gens, PROMPTS):
+        assert g.prompt_id == p.id and g.greedy.text and len(g.samples) == 3
+        assert "<|im_start|>user" in g.chat_prompt and p.text in g.chat_prompt
+        assert g.greedy.finish_reason in ("stop", "length")
+        assert all(s.token_ids for s in g.samples if s.text)
+    # greedy decoding is deterministic; samples are seeded per prompt
+    again, stats2 = generate_all(cfg, PROMPTS, cache_dir=cfg.paths.cache + "/fresh", progress=False)
+    assert stats2["generated"] == 3
+    assert [g.greedy.text for g in again] == [g.greedy.text for g in gens]
+    # a re-run with the same params is served from the per-prompt cache
+    _, stats3 = generate_all(cfg, PROMPTS, progress=False)
+    assert stats3 == {**stats3, "generated": 0, "cached": 3}
+
+
+def test_unreachable_server_is_a_clear_error(make_cfg):
+    cfg = make_cfg("generate.backend=server", "generate.server_url=http://127.0.0.1:9/v1",
+                   "generate.launch_server=false")
+    with pytest.raises(EndpointUnreachable, match="127.0.0.1:9"):
+        generate_all(cfg, PROMPTS, progress=False)
+
+
+class FlakyGenerator:
+    """Wraps a generator and dies after `limit` prompts, like a killed process."""
+
+    name = "flaky"
+
+    def __init__(self, limit):
+        self.limit, self.seen = limit, 0
+
+    def greedy(self, prompts):
+        from spanuq.generate.base import Completion
+
+        self.seen += len(prompts)
+        if self.seen > self.limit:
+            raise KeyboardInterrupt
+        return [Completion("" if "Curie" in p else "Canberra is the capital.", "stop") for p in prompts]
+
+    def sample(self, prompts, n, seeds):
+        from spanuq.generate.base import Completion
+
+        return [[Completion(f"sample {i}", "length") for i in range(n)] for _ in prompts]
+
+    def close(self):
+        pass
+
+
+def test_a_killed_run_resumes_and_empty_answers_are_recorded(make_cfg):
+    cfg = make_cfg("generate.batch_size=1", "generate.n_samples=2")
+    with pytest.raises(KeyboardInterrupt):
+        generate_all(cfg, PROMPTS, generator=FlakyGenerator(limit=2), progress=False)
+    gens, stats = generate_all(cfg, PROMPTS, generator=FlakyGenerator(limit=99), progress=False)
+    assert stats["cached"] == 2 and stats["generated"] == 1
+    assert [g.prompt_id for g in gens] == ["p1", "p2", "p3"]
+    assert gens[1].empty and gens[1].greedy.token_ids == []  # recorded, not dropped
+    assert gens[0].samples[0].finish_reason == "length"
+
+
+def test_stage_writes_generations_and_a_report(make_cfg, monkeypatch):
+    from spanuq.paths import StagePaths
+    import spanuq.generate.stage as stage
+
+    cfg = make_cfg("generate.batch_size=2", "generate.n_samples=2")
+    paths = StagePaths.from_config(cfg)
+    write_jsonl(paths.prompts, PROMPTS)
+    monkeypatch.setattr(stage, "open_generator", lambda cfg: stage._borrowed(FlakyGenerator(limit=99)))
+    run_generate(cfg, progress=False)
+    gens = read_records(paths.generations, Generation)
+    report = json.loads(paths.generate_report.read_text())
+    assert len(gens) == 3 and report["empty_greedy"] == 1 and report["truncated_samples"] == 6
