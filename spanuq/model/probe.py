@@ -1,0 +1,279 @@
+"""The SpanUQ probe (paper §3.1, App. A): a DETR-style span detector + uncertainty scorer.
+
+    H̄ (B,T,d) [+ token entropy] --Linear--> (B,T,d_p) + sinusoidal PE
+        --2-layer pre-norm encoder--> Z
+    N learnable queries --3-layer pre-norm decoder (self-attn, cross-attn on Z, FFN)--> q̂ per layer
+    per layer heads:  boundaries (b̂, ê) from q̂
+                      soft mask m(t) + mask-weighted attention pool over Z -> c
+                      enrichment q̃ = q̂ + σ(W_g q̂ + b_g) ⊙ c
+                      validity logit, Mixture-of-Beta (π, α, β) -> û, ν   (from q̃)
+    UCIR: q⁽²⁾ = q⁽¹⁾ + MLP_cond(û⁽¹⁾, log ν⁽¹⁾, p⁽¹⁾) through the same decoder and heads;
+          û = 0.7 û⁽²⁾ + 0.3 û⁽¹⁾
+    sequence: û_seq = Σ_k softmax_k(p_k · MLP_imp(q̃_k)) û_k
+
+Positions.  Spans are normalised per example by that example's own length T
+(not the padded length): the span of inclusive tokens (b, e) is [b/T, (e+1)/T]
+and token t sits at centre c_t = (t + 0.5)/T.
+
+Boundary parametrisation.  The regression head outputs two logits (x_b, x_w) and
+
+    w = σ(x_w),   b̂ = σ(x_b) · (1 - w),   ê = b̂ + w,
+
+i.e. a width w ∈ (0,1) and the start placed inside the free room [0, 1-w]:
+(b̂, ê) is always a valid span inside [0, 1] with ê ≥ b̂, with no clamping and no
+sorting, so the gradient never vanishes or flips.  (The paper's σ(MLP) -> (b̂, ê)
+does not say how ê ≥ b̂ is enforced.)
+
+Pointer ablation (``boundary="pointer"``).  Start and end logits are query·token
+dot products s_t = (W_s q̂)ᵀ z_t / √d_p (likewise e_t), softmaxed over the real
+tokens of the example; the boundaries are the expected positions (a
+differentiable soft-argmax) b̂ = Σ_t P_s(t) · t/T and ê = Σ_t P_e(t) · (t+1)/T,
+then sorted so that ê ≥ b̂.
+
+Soft mask, in token units (τ = 10 sharpens over a fraction of a token):
+
+    m_k(t) = σ(τ·T·(c_t - b̂_k)) · σ(τ·T·(ê_k - c_t)),
+
+and the pooled content c_k = Σ_t α_{k,t} z_t with
+α_{k,t} = softmax_t(log m_k(t) + q̂_kᵀ W_a z_t / √d_p) over real tokens: the
+softmax of log-mask + score equals the normalised m · exp(score) of Eq. 5 but
+cannot underflow to 0/0 when a predicted span falls between token centres.
+``pooling="mean"`` drops the score term (α ∝ m).
+
+UCIR conditioning uses log ν (ν ranges over orders of magnitude) and the
+round-1 values are detached, as in Deformable-DETR's iterative box refinement:
+round 1 is trained by its own loss, not through round 2.
+
+Sequence aggregation reads detached û, p and q̃, so the consistency loss on
+û_seq trains only MLP_imp (paper App. C.1: "gradients from L_con are detached
+from the span-level predictions").  MLP_imp is a single linear layer.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ProbeConfig
+from .mob import MLP, MixtureOfBeta
+from .span_ops import normalized_to_token_spans
+
+
+def sinusoidal_position_encoding(T: int, d: int, device=None, dtype=torch.float32) -> torch.Tensor:
+    """(T, d) standard sin/cos encoding (Vaswani et al.) of absolute token index."""
+    pos = torch.arange(T, device=device, dtype=torch.float32)[:, None]
+    inv = torch.exp(torch.arange(0, d, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d))
+    pe = torch.zeros(T, d, device=device, dtype=torch.float32)
+    pe[:, 0::2] = torch.sin(pos * inv)
+    pe[:, 1::2] = torch.cos(pos * inv)[:, : d // 2]
+    return pe.to(dtype)
+
+
+@dataclass
+class SpanPrediction:
+    """One kept span: inclusive token indices into the response, û, validity p, precision ν."""
+
+    start: int
+    end: int
+    u: float
+    p: float
+    nu: float
+    query: int
+
+
+@dataclass
+class ExamplePrediction:
+    spans: list[SpanPrediction]  # kept spans (p >= threshold), sorted by (start, end)
+    u_seq: float
+
+
+class SpanUQProbe(nn.Module):
+    """forward(h, entropy, mask, lengths) -> dict (see ``forward``)."""
+
+    def __init__(self, cfg: ProbeConfig, d_model: int):
+        super().__init__()
+        self.cfg = cfg
+        self.d_model = d_model
+        dp = cfg.d_proj
+        self.input_proj = nn.Linear(d_model + int(cfg.use_entropy), dp)
+        enc_layer = nn.TransformerEncoderLayer(dp, cfg.n_heads, cfg.d_ffn, cfg.dropout,
+                                               batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(enc_layer, cfg.enc_layers, norm=nn.LayerNorm(dp),
+                                             enable_nested_tensor=False)
+        self.query_embed = nn.Parameter(torch.empty(cfg.n_queries, dp))
+        self.decoder_layers = nn.ModuleList(
+            nn.TransformerDecoderLayer(dp, cfg.n_heads, cfg.d_ffn, cfg.dropout, batch_first=True, norm_first=True)
+            for _ in range(cfg.dec_layers)
+        )
+        self.decoder_norm = nn.LayerNorm(dp)  # applied to every layer's output (detr return_intermediate)
+
+        if cfg.boundary == "regression":
+            self.span_head = MLP(dp, dp, 2, num_layers=3)
+        else:
+            self.start_proj = nn.Linear(dp, dp)
+            self.end_proj = nn.Linear(dp, dp)
+        if cfg.enrichment != "off":
+            if cfg.pooling == "attention":
+                self.pool_proj = nn.Linear(dp, dp, bias=False)  # W_a
+            if cfg.enrichment == "gate":
+                self.gate = nn.Linear(dp, dp)  # W_g, b_g
+            elif cfg.enrichment == "concat":
+                self.fuse = nn.Linear(2 * dp, dp)
+        self.validity_head = nn.Linear(dp, 1)
+        self.mob = MixtureOfBeta(dp, 1 if cfg.uncertainty_head == "beta" else cfg.mob_components, cfg.alpha_min)
+        self.importance = nn.Linear(dp, 1)  # MLP_imp
+        if cfg.ucir:
+            self.cond = MLP(3, dp, dp, num_layers=2)  # MLP_cond(û, log ν, p)
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.query_embed)
+        for module in (self.encoder, self.decoder_layers):
+            for p in module.parameters():
+                if p.dim() > 1:
+                    nn.init.xavier_uniform_(p)
+
+    # ---- pieces -------------------------------------------------------------------------
+    def encode(self, h: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
+        """Z = Enc(W_proj [H̄; entropy] + P), (B, T, d_p)."""
+        x = h
+        if self.cfg.use_entropy:
+            ent = entropy if entropy is not None else torch.zeros(h.shape[:2], dtype=h.dtype, device=h.device)
+            x = torch.cat([h, ent.unsqueeze(-1).to(h.dtype)], dim=-1)
+        x = self.input_proj(x)
+        x = x + sinusoidal_position_encoding(x.shape[1], x.shape[2], x.device, x.dtype)
+        return self.encoder(x, src_key_padding_mask=~mask)
+
+    def _token_grid(self, lengths: torch.Tensor, T_max: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token index t+0.5 (1,1,T) and each example's length T (B,1,1)."""
+        centre = torch.arange(T_max, device=lengths.device, dtype=dtype)[None, None, :] + 0.5
+        return centre, lengths.to(dtype)[:, None, None]
+
+    def boundaries(self, q: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(B, N, 2) normalised [b̂, ê] with 0 <= b̂ <= ê <= 1 (see module docstring)."""
+        if self.cfg.boundary == "regression":
+            x = self.span_head(q)
+            w = x[..., 1].sigmoid()
+            b = x[..., 0].sigmoid() * (1 - w)
+            return torch.stack([b, b + w], dim=-1)
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        pad = ~mask[:, None, :]
+        centre, T = self._token_grid(lengths, z.shape[1], z.dtype)
+        p_start = (torch.einsum("bnd,btd->bnt", self.start_proj(q), z) * scale).masked_fill(pad, -math.inf).softmax(-1)
+        p_end = (torch.einsum("bnd,btd->bnt", self.end_proj(q), z) * scale).masked_fill(pad, -math.inf).softmax(-1)
+        b = (p_start * (centre - 0.5) / T).sum(-1)
+        e = (p_end * (centre + 0.5) / T).sum(-1)
+        return torch.stack([torch.minimum(b, e), torch.maximum(b, e)], dim=-1)
+
+    def soft_mask_log(self, spans: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """log m_k(t), (B, N, T); -inf on padding."""
+        centre, T = self._token_grid(lengths, mask.shape[1], spans.dtype)
+        b = spans[..., 0:1] * T  # token units
+        e = spans[..., 1:2] * T
+        tau = self.cfg.tau
+        log_m = F.logsigmoid(tau * (centre - b)) + F.logsigmoid(tau * (e - centre))
+        return log_m.masked_fill(~mask[:, None, :], -math.inf)
+
+    def pool(self, q: torch.Tensor, z: torch.Tensor, spans: torch.Tensor, mask: torch.Tensor,
+             lengths: torch.Tensor) -> torch.Tensor:
+        """Mask-weighted attention pooling (Eq. 5): c_k = Σ_t α_{k,t} z_t, (B, N, d_p)."""
+        logits = self.soft_mask_log(spans, mask, lengths)
+        if self.cfg.pooling == "attention":
+            logits = logits + torch.einsum("bnd,btd->bnt", self.pool_proj(q), z) / math.sqrt(q.shape[-1])
+        return torch.einsum("bnt,btd->bnd", logits.softmax(-1), z)
+
+    def heads(self, q: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> dict:
+        """All per-query predictions from one decoder output q̂ (B, N, d_p)."""
+        spans = self.boundaries(q, z, mask, lengths)
+        mode = self.cfg.enrichment
+        if mode == "off":
+            qt = q
+        else:
+            c = self.pool(q, z, spans, mask, lengths)
+            if mode == "gate":
+                qt = q + self.gate(q).sigmoid() * c
+            elif mode == "add":
+                qt = q + c
+            else:  # concat
+                qt = self.fuse(torch.cat([q, c], dim=-1))
+        out = {"spans": spans, "validity_logits": self.validity_head(qt).squeeze(-1), "query_features": qt}
+        out.update(self.mob(qt))
+        return out
+
+    def decode(self, queries: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> list[dict]:
+        """Run the decoder from ``queries`` (B, N, d_p); heads on every layer's output."""
+        outs, x = [], queries
+        for layer in self.decoder_layers:
+            x = layer(x, z, memory_key_padding_mask=~mask)
+            outs.append(self.heads(self.decoder_norm(x), z, mask, lengths))
+        return outs
+
+    def aggregate(self, qt: torch.Tensor, validity_logits: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """û_seq = Σ_k softmax_k(p_k · MLP_imp(q̃_k)) û_k on detached inputs (Eq. 8)."""
+        p = validity_logits.detach().sigmoid()
+        w = (p * self.importance(qt.detach()).squeeze(-1)).softmax(-1)
+        return (w * u.detach()).sum(-1), w
+
+    # ---- forward --------------------------------------------------------------------------
+    def forward(self, h: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor,
+                lengths: torch.Tensor) -> dict:
+        """h (B,T,d) fused states; entropy (B,T) or None; mask (B,T) bool (True = real token);
+        lengths (B,) long.
+
+        Returns a dict:
+          spans (B,N,2) normalised [b̂, ê]; validity_logits (B,N); u (B,N) final û
+          (UCIR mix); nu, (B,N) and pi / alpha / beta (B,N,J) of the last round;
+          u_seq (B,); seq_weights (B,N); aux: per-intermediate-decoder-layer dicts
+          of the last round; rounds: per UCIR round the last layer's dict (keys as
+          above plus query_features and its own aux list).
+        """
+        z = self.encode(h, entropy, mask)
+        B = h.shape[0]
+        q1 = self.query_embed.unsqueeze(0).expand(B, -1, -1)
+        layers = self.decode(q1, z, mask, lengths)
+        rounds = [dict(layers[-1], aux=layers[:-1])]
+        if self.cfg.ucir:
+            r1 = layers[-1]
+            cond = torch.stack([r1["u"], r1["nu"].log(), r1["validity_logits"].sigmoid()], dim=-1).detach()
+            layers = self.decode(q1 + self.cond(cond), z, mask, lengths)
+            rounds.append(dict(layers[-1], aux=layers[:-1]))
+        last = rounds[-1]
+        out = {k: last[k] for k in ("spans", "validity_logits", "u", "nu", "pi", "alpha", "beta")}
+        if self.cfg.ucir:
+            a = self.cfg.ucir_alpha
+            out["u"] = a * rounds[1]["u"] + (1 - a) * rounds[0]["u"]
+        out["u_seq"], out["seq_weights"] = self.aggregate(last["query_features"], last["validity_logits"], out["u"])
+        out["aux"] = last["aux"]
+        out["rounds"] = rounds
+        return out
+
+    @torch.no_grad()
+    def predict(self, h: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor, lengths: torch.Tensor,
+                threshold: float = 0.5) -> list[ExamplePrediction]:
+        """Kept spans (validity ≥ threshold) per example as inclusive token indices.
+
+        De-normalisation: b = floor(b̂·T), e = ceil(ê·T) - 1, clamped to [0, T-1], e ≥ b.
+        Runs in eval mode and restores the previous mode.
+        """
+        was_training = self.training
+        self.eval()
+        try:
+            out = self.forward(h, entropy, mask, lengths)
+        finally:
+            self.train(was_training)
+        p = out["validity_logits"].sigmoid()
+        tok = normalized_to_token_spans(out["spans"], lengths[:, None])
+        preds = []
+        for i in range(h.shape[0]):
+            keep = (p[i] >= threshold).nonzero().flatten().tolist()
+            spans = [SpanPrediction(int(tok[i, k, 0]), int(tok[i, k, 1]), float(out["u"][i, k]), float(p[i, k]),
+                                    float(out["nu"][i, k]), k) for k in keep]
+            spans.sort(key=lambda s: (s.start, s.end))
+            preds.append(ExamplePrediction(spans, float(out["u_seq"][i])))
+        return preds
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

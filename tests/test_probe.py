@@ -1,0 +1,159 @@
+"""SpanUQProbe: shapes, ranges, ablations, overfitting a tiny set, checkpoints."""
+import time
+
+import pytest
+import torch
+
+from spanuq.config import LossConfig, ProbeConfig
+from spanuq.features.dataset import ResponseExample, collate
+from spanuq.model import SetCriterion, SpanUQProbe, load_checkpoint, save_checkpoint, span_iou
+
+torch.set_num_threads(2)
+TINY = ProbeConfig(d_proj=64, n_queries=8, n_heads=4, d_ffn=128, dropout=0.0)
+
+
+def synthetic_examples(n: int = 8, d: int = 32, seed: int = 0) -> list[ResponseExample]:
+    """n answers of 20-40 tokens with 2-4 disjoint spans; span tokens carry a marker in the states."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        T = int(torch.randint(20, 41, (1,), generator=g))
+        K = int(torch.randint(2, 5, (1,), generator=g))
+        cuts = torch.randperm(T - 1, generator=g)[: 2 * K].sort().values
+        spans = torch.stack([cuts[0::2], cuts[1::2]], -1)
+        u = torch.rand(K, generator=g)
+        h = 0.3 * torch.randn(T, d, generator=g)
+        for (b, e), uk in zip(spans.tolist(), u.tolist()):
+            h[b:e + 1, 0] += 1.0  # inside
+            h[b, 1] += 1.0  # start
+            h[e, 2] += 1.0  # end
+            h[b:e + 1, 3] += uk  # uncertainty signal
+        out.append(ResponseExample(f"p{i}", "synthetic", "train", h, torch.rand(T, generator=g),
+                                   list(range(T)), spans.long(), u))
+    return out
+
+
+def forward(model, batch):
+    return model(batch.h, batch.entropy, batch.mask, batch.lengths)
+
+
+def test_output_shapes_and_ranges():
+    torch.manual_seed(0)
+    batch = collate(synthetic_examples(4))
+    model = SpanUQProbe(TINY, 32).eval()
+    out = forward(model, batch)
+    B, N, J = 4, TINY.n_queries, TINY.mob_components
+    assert out["spans"].shape == (B, N, 2)
+    assert out["validity_logits"].shape == out["u"].shape == out["nu"].shape == (B, N)
+    assert out["pi"].shape == out["alpha"].shape == out["beta"].shape == (B, N, J)
+    assert out["u_seq"].shape == (B,)
+    s = out["spans"]
+    assert (s >= 0).all() and (s <= 1).all() and (s[..., 1] >= s[..., 0]).all()
+    assert ((out["u"] > 0) & (out["u"] < 1)).all() and ((out["u_seq"] >= 0) & (out["u_seq"] <= 1)).all()
+    torch.testing.assert_close(out["seq_weights"].sum(-1), torch.ones(B))
+    assert len(out["aux"]) == TINY.dec_layers - 1 and len(out["rounds"]) == 2
+    # UCIR: û = 0.7 û(2) + 0.3 û(1)
+    r1, r2 = out["rounds"]
+    torch.testing.assert_close(out["u"], 0.7 * r2["u"] + 0.3 * r1["u"])
+
+
+def test_padding_does_not_change_an_example():
+    """Each example is normalised by its own length, so batching with longer ones changes nothing."""
+    torch.manual_seed(0)
+    examples = synthetic_examples(3)
+    model = SpanUQProbe(TINY, 32).eval()
+    together = forward(model, collate(examples))
+    for i, e in enumerate(examples):
+        alone = forward(model, collate([e]))
+        for k in ("spans", "validity_logits", "u", "u_seq"):
+            torch.testing.assert_close(together[k][i], alone[k][0], atol=2e-5, rtol=1e-4)
+
+
+def test_parameter_count_at_paper_shapes():
+    model = SpanUQProbe(ProbeConfig(), d_model=5120)  # Qwen3-14B: paper Tab. A7 reports 27.04M
+    n = model.num_parameters()
+    assert 20e6 < n < 30e6, n
+
+
+ABLATIONS = [
+    dict(enrichment="add"), dict(enrichment="concat"), dict(enrichment="off"),
+    dict(pooling="mean"), dict(uncertainty_head="beta"), dict(ucir=False),
+    dict(boundary="pointer"), dict(use_entropy=False),
+    dict(boundary="pointer", enrichment="concat", pooling="mean", uncertainty_head="beta", ucir=False),
+]
+
+
+@pytest.mark.parametrize("switches", ABLATIONS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_ablation_switches_run(switches):
+    torch.manual_seed(0)
+    cfg = TINY.model_copy(update=switches)
+    batch = collate(synthetic_examples(3))
+    model = SpanUQProbe(cfg, 32)
+    out = forward(model, batch)
+    J = 1 if cfg.uncertainty_head == "beta" else cfg.mob_components
+    assert out["pi"].shape[-1] == J and len(out["rounds"]) == (2 if cfg.ucir else 1)
+    assert (out["spans"][..., 1] >= out["spans"][..., 0]).all()
+    loss, log = SetCriterion(LossConfig())(out, batch.targets, phase="joint")
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
+    model.predict(batch.h, batch.entropy, batch.mask, batch.lengths)
+
+
+def span_recall(examples, preds, iou=0.5) -> float:
+    hits = total = 0
+    for e, p in zip(examples, preds):
+        for b, en in e.spans.tolist():
+            total += 1
+            hits += any(float(span_iou(torch.tensor([b, en + 1.0]), torch.tensor([s.start, s.end + 1.0]))) >= iou
+                        for s in p.spans)
+    return hits / total
+
+
+def test_overfits_eight_examples():
+    torch.manual_seed(0)
+    examples = synthetic_examples(8)
+    batch = collate(examples)
+    model = SpanUQProbe(TINY, 32)
+    criterion = SetCriterion(LossConfig())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    t0 = time.process_time()  # CPU seconds (robust to a busy machine); 2 threads -> 120 s CPU ~ 60 s wall
+    for step in range(500):
+        loss, log = criterion(forward(model, batch), batch.targets, phase="warmup")
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if log["loss_l1"] < 0.01 and log["loss_giou"] < 0.05 and log["loss_val"] < 0.02:
+            break
+    assert log["loss_l1"] < 0.01 and log["loss_giou"] < 0.05 and log["loss_val"] < 0.02, (step, log)
+    assert time.process_time() - t0 < 120
+    preds = model.predict(batch.h, batch.entropy, batch.mask, batch.lengths)
+    assert span_recall(examples, preds, iou=0.5) == 1.0
+    for e, p in zip(examples, preds):
+        assert all(0 <= s.start <= s.end < e.n_tokens for s in p.spans)
+    # a few joint steps afterwards keep everything finite
+    for _ in range(3):
+        loss, log = criterion(forward(model, batch), batch.targets, phase="joint")
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert all(torch.isfinite(torch.tensor(v)) for v in log.values())
+
+
+@pytest.mark.parametrize("switches", [{}, dict(boundary="pointer", enrichment="concat", uncertainty_head="beta")])
+def test_checkpoint_round_trip(tmp_path, switches):
+    torch.manual_seed(0)
+    cfg = TINY.model_copy(update=switches)
+    model = SpanUQProbe(cfg, 32).eval()
+    batch = collate(synthetic_examples(2))
+    save_checkpoint(model, cfg, 32, tmp_path / "ckpt", extra={"epoch": 3, "backbone": "smollm2-135m"})
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json", "model.safetensors"]
+    loaded, meta = load_checkpoint(tmp_path / "ckpt")
+    assert meta["extra"] == {"epoch": 3, "backbone": "smollm2-135m"} and meta["d_model"] == 32
+    assert loaded.cfg == cfg
+    a, b = model.state_dict(), loaded.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with torch.inference_mode():
+        oa, ob = forward(model, batch), forward(loaded, batch)
+    for k in ("spans", "validity_logits", "u", "nu", "pi", "alpha", "beta", "u_seq"):
+        assert torch.equal(oa[k], ob[k]), k
