@@ -27,13 +27,78 @@ class BackboneConfig(_Section):
     system_prompt: str | None = None  # None: the chat template's default
 
 
+class HubDatasetConfig(_Section):
+    """One dataset on the Hugging Face hub, as ``datasets.load_dataset(path, name, split=, revision=)``."""
+
+    path: str
+    name: str | None = None  # the dataset's config ("subset")
+    split: str = "train"
+    revision: str | None = None  # a branch, tag or commit; None: main
+
+
+# The datasets behind prompts.source=hub. A partial override (`prompts.hub.eli5.split=...`)
+# is merged over these defaults, so the other keys of that dataset keep their values.
+HUB_DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "longform_qa": {"path": "google-research-datasets/nq_open", "name": "nq_open", "split": "train"},
+    "triviaqa": {"path": "mandarjoshi/trivia_qa", "name": "unfiltered.nocontext", "split": "train"},
+    # the original `eli5` dataset is defunct; this copy keeps the question titles (column `question`)
+    "eli5": {"path": "sentence-transformers/eli5", "name": "pair", "split": "train"},
+    # biography entities: people in PopQA (subject + monthly Wikipedia page views `s_pop`)
+    "biography": {"path": "akariasai/PopQA", "name": None, "split": "test"},
+    # FELM ships a loading script, which `datasets` no longer runs: read the parquet branch
+    "felm": {"path": "hkust-nlp/felm", "name": None, "split": "test", "revision": "refs/convert/parquet"},
+    "truthfulqa": {"path": "truthfulqa/truthful_qa", "name": "generation", "split": "validation"},
+    "halueval": {"path": "pminervini/HaluEval", "name": "qa", "split": "data"},
+}
+
+
+def _hub_default(key: str):
+    return lambda: HubDatasetConfig(**HUB_DATASET_DEFAULTS[key])
+
+
+class HubSourcesConfig(_Section):
+    """The datasets behind ``prompts.source: hub`` (paper App. D.1); every id is overridable."""
+
+    longform_qa: HubDatasetConfig = Field(default_factory=_hub_default("longform_qa"))
+    triviaqa: HubDatasetConfig = Field(default_factory=_hub_default("triviaqa"))
+    eli5: HubDatasetConfig = Field(default_factory=_hub_default("eli5"))
+    biography: HubDatasetConfig = Field(default_factory=_hub_default("biography"))
+    # a user file of entities replaces the hub source: JSONL/CSV with name[, popularity, references]
+    # (popularity: head|torso|tail or monthly page views)
+    biography_entities: str | None = None
+    biography_popularity: dict[str, float] = Field(
+        default_factory=lambda: {"head": 0.3, "torso": 0.4, "tail": 0.3})
+    # monthly page views: head > 100K, torso 10K-100K, tail < 10K (FActScore-style strata)
+    popularity_thresholds: dict[str, int] = Field(
+        default_factory=lambda: {"head": 100_000, "torso": 10_000})
+    felm: HubDatasetConfig = Field(default_factory=_hub_default("felm"))
+    felm_configs: list[str] = Field(
+        default_factory=lambda: ["wk", "science", "math", "reasoning", "writing_rec"])
+    truthfulqa: HubDatasetConfig = Field(default_factory=_hub_default("truthfulqa"))
+    halueval: HubDatasetConfig = Field(default_factory=_hub_default("halueval"))
+    # the felm domain mixes three sources (paper App. D.1: 53% FELM, 45% TruthfulQA, 2% HaluEval)
+    felm_mix: dict[str, float] = Field(
+        default_factory=lambda: {"felm": 0.53, "truthfulqa": 0.45, "halueval": 0.02})
+    cache_dir: str | None = None  # datasets' cache; None: $HF_DATASETS_CACHE or ~/.cache/huggingface
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_dataset_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            for key, default in HUB_DATASET_DEFAULTS.items():
+                if isinstance(data.get(key), dict):
+                    data[key] = {**default, **data[key]}
+        return data
+
+
 class PromptsConfig(_Section):
     """Where prompts come from and how they are split (paper App. D.1)."""
 
     source: Literal["bundled", "hub", "file"] = "bundled"
-    file: str | None = None  # JSONL or CSV with text[, domain, references]
-    n_prompts: int | None = 120  # None: all
-    # Domain proportions for the hub loaders (paper §4.1).
+    file: str | None = None  # JSONL or CSV with text[, domain, references, id, split]
+    n_prompts: int | None = 120  # None: all (bundled, file); the paper's 19,994 for hub
+    # Domain proportions for the bundled set and the hub loaders (paper §4.1).
     proportions: dict[str, float] = Field(
         default_factory=lambda: {
             "longform_qa": 0.42,
@@ -47,7 +112,12 @@ class PromptsConfig(_Section):
     split_fractions: dict[str, float] = Field(
         default_factory=lambda: {"train": 0.6, "dev": 0.15, "test": 0.25}
     )
+    # label: the label stage stratifies splits by domain x u*_seq bin (paper App. D);
+    # prompts: keep the prompts stage's split (one split index shared by every backbone).
+    split_by: Literal["label", "prompts"] = "label"
     seed: int = 0
+    hub: HubSourcesConfig = Field(default_factory=HubSourcesConfig)  # datasets for source=hub
+    max_chars: int = 20_000  # a longer prompt in a user's file is an error
 
 
 class GenerateConfig(_Section):
@@ -86,6 +156,10 @@ class JudgeConfig(_Section):
     max_format_retries: int = 2
     backoff_s: float = 1.0
     concurrency: int = 4
+    # json_object: JSON mode (OpenAI, vLLM, llama.cpp); json_object+schema: llama.cpp's
+    # grammar-constrained JSON; json_schema: OpenAI/vLLM structured outputs; none: prompt only.
+    # Every answer is validated against the schema whatever the mode.
+    response_format: Literal["json_object", "json_object+schema", "json_schema", "none"] = "json_object"
 
 
 class LabelConfig(_Section):
@@ -104,6 +178,10 @@ class LabelConfig(_Section):
     min_span_chars: int = 3
     max_spans: int = 32
     uncertainty_bins: list[float] = Field(default_factory=lambda: [0.1, 0.4])
+    repair_min_score: float = 80.0  # rapidfuzz 0-100: a judge span not found verbatim is re-anchored above this, else dropped
+    term_min_score: float = 85.0  # offline: fuzzy score for a key entity/number to count as present in a sample
+    use_references: bool = True  # offline: check answer-like spans against the prompt's reference answers
+    device: str = "auto"  # embedding / NLI model device
 
 
 class ExtractConfig(_Section):
@@ -182,8 +260,10 @@ class EvaluateConfig(_Section):
     seq_positive_threshold: float = 0.3  # sequence AUROC@0.3
     iou_threshold: float = 0.3
     ece_bins: int = 10
-    bootstrap: int = 1000
+    bootstrap: int = 1000  # cluster-bootstrap resamples (over responses) for the 95% CIs
     seed: int = 0
+    baselines: list[str] = Field(default_factory=lambda: ["token_entropy", "mlp_probe"])  # rows beside SpanUQ
+    n_examples: int = 3  # test answers drawn with their scored spans (plots/eval/examples.png)
 
 
 class MlflowConfig(_Section):
