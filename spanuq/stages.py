@@ -12,6 +12,7 @@ from .config import Config
 STAGES: dict[str, str] = {
     "prompts": "spanuq.data.prompts:run_prompts",
     "generate": "spanuq.generate.stage:run_generate",
+    "index": "spanuq.label.stage:run_index",
     "label": "spanuq.label.stage:run_label",
     "extract": "spanuq.features.extract:run_extract",
     "train": "spanuq.train:run_train",

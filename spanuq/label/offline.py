@@ -1,0 +1,169 @@
+"""The offline labeller: soft span labels from self-consistency, with no judge service and no corpus.
+
+It stands in for the paper's judge pipeline (App. D.2) on a machine with no API
+and no Wikipedia dump.  For one greedy answer with S samples:
+
+1. **Claims** — `units.extract_units`: spaCy finds clauses and, in each, the
+   anchors of atomic claims (entities, dates, numbers, one noun chunk).  The
+   anchor's characters are the span; its clause, made self-contained, is the
+   claim text.
+2. **Alignment + support in sample s** — a claim counts as *made* in sample s by
+   two signals: its key terms (the entity / number / chunk) occur in s
+   (`terms.TextIndex`), and its claim text is semantically close to some
+   sentence of s (`align.Aligner`, cosine of MiniLM embeddings ≥ threshold by
+   default).  Named and numeric claims hinge on the term:
+
+       support_s = 1    term in s and a close sentence in s
+                   0.5  term in s but said in another context
+                   0    term absent (s names something else, or nothing)
+
+   Chunk claims (no entity) count each signal as half: 1 if both, 0.5 if one.
+3. **Verification against references** (bundled prompts carry acceptable
+   answers).  A claim whose anchor matches a reference answer is verified
+   correct, so its support stays the sample agreement.  For factoid domains
+   (TriviaQA, long-form QA), when no claim of the greedy answer matches any
+   reference, the answer's own candidates (named or numeric spans of its first
+   sentence not copied from the question, of the reference's kind) are verified
+   *unsupported* in every sample: u* = 1, however consistently the model repeats
+   them — the paper's rule that a claim is supported in sample s only if an
+   equivalent claim there is also verified correct.
+
+   u*_k = 1 − (1/S) Σ_s support_s(k)        (paper Eq. 11)
+
+What this measures: mostly *self-consistency* (would the model say this again?)
+plus reference checks on the answer slot.  What it misses: a claim the model
+states consistently but wrongly, where no reference covers it, gets a low u*.
+The judge labeller (`judged.py`) is the paper's method.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..config import LabelConfig
+from ..records import Claim, Generation, Prompt
+from .align import Aligner
+from .terms import TextIndex, numbers_in
+from .units import Unit, extract_units, load_spacy
+
+VERSION = 1  # bump when the rules change: keys the per-item cache
+FACTOID_DOMAINS = {"triviaqa", "longform_qa"}
+
+
+@dataclass
+class LabelResult:
+    """What a labeller found for one generation."""
+
+    claims: list[Claim]
+    status: str = "ok"  # ok | empty | no_claims | error
+    error: str | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def split_sentences(nlp, texts: list[str]) -> list[list[str]]:
+    """Sentences of each text (spaCy's parser-based segmentation); empty text → []."""
+    out = []
+    for doc in nlp.pipe(texts):
+        out.append([s.text.strip() for s in doc.sents if s.text.strip()])
+    return out
+
+
+def term_support(unit: Unit, sample: TextIndex, close: bool, min_score: float) -> float:
+    """support_s of one claim in one sample (module docstring, step 2)."""
+    present = all(sample.contains(t, min_score) for t in unit.terms) if unit.terms else False
+    if unit.kind in ("entity", "number"):
+        return (1.0 if close else 0.5) if present else 0.0
+    return 0.5 * present + 0.5 * close
+
+
+def _matches(anchor: str, references: list[str], min_score: float) -> bool:
+    a = TextIndex(anchor)
+    return any(a.contains(r, min_score) or TextIndex(r).contains(anchor, min_score) for r in references)
+
+
+def reference_verdicts(units: list[Unit], answer: str, prompt: Prompt, min_score: float) -> dict[int, str]:
+    """{unit index: "match" | "mismatch"} from the prompt's reference answers (step 3)."""
+    refs = [r for r in prompt.references if r.strip()]
+    if not refs:
+        return {}
+    verdicts = {i: "match" for i, u in enumerate(units)
+                if (u.named or u.kind == "number") and _matches(u.anchor, refs, min_score)}
+    if verdicts or prompt.domain not in FACTOID_DOMAINS:
+        return verdicts
+    # no span of the answer is a reference: its answer candidates are wrong
+    numeric = any(numbers_in(r) for r in refs)
+    first_end = _first_sentence_end(answer)
+    question = TextIndex(prompt.text)
+    for i, u in enumerate(units):
+        kind_ok = u.kind == "number" if numeric else (u.named and u.kind != "number")
+        if kind_ok and u.start < first_end and not question.contains(u.anchor, min_score):
+            verdicts[i] = "mismatch"
+    return verdicts
+
+
+def _first_sentence_end(text: str) -> int:
+    for i, ch in enumerate(text):
+        if ch in ".!?\n" and (i + 1 == len(text) or text[i + 1].isspace()) and i > 2:
+            return i + 1
+    return len(text)
+
+
+class OfflineLabeller:
+    """`label(generation, prompt) -> LabelResult` with self-consistency soft labels."""
+
+    name = "offline"
+    version = VERSION
+
+    def __init__(self, cfg: LabelConfig, aligner: Aligner, nlp=None):
+        self.cfg = cfg
+        self.aligner = aligner
+        self.nlp = nlp if nlp is not None else load_spacy(cfg.spacy_model)
+
+    def label(self, gen: Generation, prompt: Prompt) -> LabelResult:
+        answer = gen.greedy.text
+        if not answer.strip():
+            return LabelResult([], "empty")
+        units = extract_units(self.nlp(answer), self.cfg.min_span_chars, self.cfg.max_spans)
+        if not units:
+            return LabelResult([], "no_claims", stats={"units": 0})
+        samples = [s.text for s in gen.samples if s.finish_reason != "error"]
+        if not samples:
+            return LabelResult([], "error", "every sample failed to generate")
+        sentences = split_sentences(self.nlp, samples)
+        close = self._closeness([u.text for u in units], sentences)  # (K, S) bool
+        indexes = [TextIndex(s) for s in samples]
+        refs = [r for r in prompt.references if r.strip()] if self.cfg.use_references else []
+        verdicts = reference_verdicts(units, answer, prompt, self.cfg.term_min_score) if refs else {}
+        claims = []
+        for k, u in enumerate(units):
+            verdict = verdicts.get(k)
+            if verdict == "mismatch":
+                support = [0.0] * len(samples)
+            else:
+                support = [term_support(u, ix, bool(close[k, s]), self.cfg.term_min_score)
+                           for s, ix in enumerate(indexes)]
+            if verdict == "match":  # a sample naming any accepted answer makes the same, correct claim
+                support = [1.0 if any(ix.contains(r, self.cfg.term_min_score) for r in refs) else x
+                           for x, ix in zip(support, indexes)]
+            agree = sum(x == 1.0 for x in support)
+            evidence = [f"samples:{agree}/{len(samples)} agree"] + ([f"reference:{verdict}"] if verdict else [])
+            claims.append(Claim(id=f"{gen.prompt_id}:{k}", prompt_id=gen.prompt_id, text=u.text,
+                                start=u.start, end=u.end, support=support, evidence=evidence))
+        stats = {"units": len(units), "reference_match": sum(v == "match" for v in verdicts.values()),
+                 "reference_mismatch": sum(v == "mismatch" for v in verdicts.values())}
+        return LabelResult(claims, "ok", stats=stats)
+
+    def _closeness(self, claims: list[str], sentences: list[list[str]]) -> np.ndarray:
+        """(K, S): is some sentence of sample s close to claim k (aligner score ≥ threshold)?"""
+        flat = [t for sent in sentences for t in sent]
+        out = np.zeros((len(claims), len(sentences)), dtype=bool)
+        if not flat:
+            return out
+        scores = self.aligner.scores(claims, flat)
+        col = 0
+        for s, sent in enumerate(sentences):
+            if sent:
+                out[:, s] = scores[:, col: col + len(sent)].max(axis=1) >= self.aligner.threshold
+            col += len(sent)
+        return out

@@ -1,0 +1,185 @@
+"""The `index` and `label` stages.
+
+``index``: the BM25 index of ``label.corpus`` (a DVC output, built once; an empty
+manifest when no corpus is configured).
+
+``label``: generations.jsonl → claims.jsonl + labels.jsonl + label_report.json
++ plots/label/.  Each answer is labelled once per content hash of (labeller,
+label params, prompt, greedy answer, samples) and cached, so a crash, a judge
+outage or Ctrl-C loses nothing finished; a re-run labels only what is missing.
+Splits are assigned here, stratified by domain × u*_seq bin (paper App. D), or
+kept from the prompts stage with ``prompts.split_by: prompts``.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from tqdm.auto import tqdm
+
+from ..cache import ItemCache, content_hash
+from ..config import Config
+from ..io import read_json, read_records, write_json, write_jsonl
+from ..llm import load_tokenizer
+from ..openai_client import EndpointUnreachable
+from ..paths import StagePaths
+from ..records import Claim, Generation, LabeledResponse, Prompt
+from .offline import LabelResult
+from .report import label_report, plot_label_report, u_bin
+from .targets import span_targets
+
+log = logging.getLogger(__name__)
+
+# label params that do not change a label (connection and speed settings)
+_NOT_IN_KEY = {"device"}
+_JUDGE_NOT_IN_KEY = {"base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s", "concurrency"}
+
+
+def run_index(cfg: Config, progress: bool = True) -> Path:
+    """DVC entry point: build (or confirm) the BM25 index of ``label.corpus``."""
+    from .retrieval import MANIFEST, BM25Retriever
+
+    paths = StagePaths.from_config(cfg)
+    if not cfg.label.corpus:
+        paths.corpus_index.mkdir(parents=True, exist_ok=True)
+        write_json(paths.corpus_index / MANIFEST, {"corpus": None})
+        return paths.corpus_index
+    r = BM25Retriever.open(cfg.label.corpus, paths.corpus_index)
+    log.info("BM25 index of %d passages at %s", len(r.passages), paths.corpus_index)
+    return paths.corpus_index
+
+
+def label_key(cfg: Config, labeller, gen: Generation, prompt: Prompt) -> str:
+    lc = cfg.label.model_dump(exclude=_NOT_IN_KEY)
+    lc["judge"] = {k: v for k, v in lc["judge"].items() if k not in _JUDGE_NOT_IN_KEY}
+    if labeller.name == "offline":
+        lc.pop("judge")
+    return content_hash({
+        "labeller": labeller.name, "version": labeller.version, "label": lc,
+        "prompt": [prompt.text, prompt.domain, prompt.references],
+        "greedy": gen.greedy.text, "samples": [[s.text, s.finish_reason] for s in gen.samples],
+    })
+
+
+@contextmanager
+def open_labeller(cfg: Config, paths: StagePaths) -> Iterator[object]:
+    """The configured labeller (and, for the judge, its client, cache and retriever)."""
+    from .align import make_aligner
+
+    aligner = make_aligner(cfg.label)
+    if cfg.label.method == "offline":
+        from .offline import OfflineLabeller
+
+        yield OfflineLabeller(cfg.label, aligner)
+        return
+    from .judge import Judge
+    from .judged import JudgeLabeller
+    from .retrieval import MANIFEST, BM25Retriever
+
+    retriever = None
+    if cfg.label.corpus:
+        manifest = paths.corpus_index / MANIFEST
+        if not manifest.exists() or read_json(manifest).get("corpus") is None:
+            raise FileNotFoundError(f"no BM25 index at {paths.corpus_index}; run `spanuq index` (or `dvc repro index`)")
+        retriever = BM25Retriever.open(cfg.label.corpus, paths.corpus_index)
+    else:
+        log.warning("label.corpus is not set: the judge verifies claims closed-book, from its own knowledge")
+    judge = Judge(cfg.label.judge, cache_dir=paths.stage_cache("judge"))
+    try:
+        yield JudgeLabeller(cfg.label, judge, aligner, retriever)
+    finally:
+        judge.close()
+
+
+def label_all(cfg: Config, prompts: dict[str, Prompt], gens: list[Generation], labeller,
+              cache: ItemCache, progress: bool = True) -> list[LabelResult]:
+    """LabelResult per generation, from the cache or the labeller (each cached as soon as it is done)."""
+    out: list[LabelResult] = []
+    bar = tqdm(gens, desc=f"label[{labeller.name}]", unit="answer", disable=not progress)
+    for g in bar:
+        prompt = prompts.get(g.prompt_id)
+        if prompt is None:
+            raise KeyError(f"generation {g.prompt_id!r} has no prompt in prompts.jsonl; re-run `spanuq generate`")
+        key = label_key(cfg, labeller, g, prompt)
+        hit = cache.get(key)
+        if hit is None:
+            try:
+                res = labeller.label(g, prompt)
+            except EndpointUnreachable as e:
+                done = len(out)
+                raise RuntimeError(f"{e}. {done} of {len(gens)} answers are labelled and cached; "
+                                   "start the judge and re-run to label the rest") from None
+            hit = {"claims": [c.model_dump(mode="json") for c in res.claims], "status": res.status,
+                   "error": res.error, "stats": res.stats}
+            cache.put(key, hit)
+        out.append(LabelResult([Claim.model_validate(c) for c in hit["claims"]], hit["status"], hit["error"],
+                               hit["stats"]))
+    return out
+
+
+def build_records(gens: list[Generation], prompts: dict[str, Prompt], results: list[LabelResult],
+                  tokenizer) -> tuple[list[LabeledResponse], int]:
+    """LabeledResponses (split still unset: "train") and the number of claims lost in token mapping."""
+    records, lost_total = [], 0
+    for g, res in zip(gens, results):
+        spans, lost = span_targets(res.claims, g.greedy.text, g.greedy.token_ids, tokenizer) if res.claims else ([], 0)
+        lost_total += lost
+        status = res.status if spans or res.status != "ok" else "no_claims"
+        records.append(LabeledResponse(
+            prompt_id=g.prompt_id, domain=prompts[g.prompt_id].domain, split="train", response=g.greedy.text,
+            n_tokens=len(g.greedy.token_ids), spans=spans,
+            u_seq=sum(s.u for s in spans) / len(spans) if spans else None, status=status, error=res.error))
+    return records, lost_total
+
+
+def assign_label_splits(cfg: Config, records: list[LabeledResponse], prompts: dict[str, Prompt]) -> None:
+    """Set each record's split in place (module docstring)."""
+    from ..data.splits import assign_splits
+
+    if cfg.prompts.split_by == "prompts":
+        for r in records:
+            r.split = prompts[r.prompt_id].split or "train"
+        return
+    strata = [f"{r.domain}|{u_bin(r.u_seq, cfg.label.uncertainty_bins)}" for r in records]
+    target = cfg.prompts.split_sizes or cfg.prompts.split_fractions
+    for r, s in zip(records, assign_splits(records, strata, target, cfg.prompts.seed)):
+        r.split = s
+
+
+def run_label(cfg: Config, progress: bool = True) -> Path:
+    """DVC/Prefect entry point: label the greedy answers, write claims, labels, report and plots."""
+    paths = StagePaths.from_config(cfg)
+    prompts = {p.id: p for p in read_records(paths.prompts, Prompt)}
+    gens = read_records(paths.generations, Generation)
+    if not gens:
+        raise ValueError(f"{paths.generations} holds no generations")
+    tokenizer = load_tokenizer(cfg)
+    cache = ItemCache(paths.stage_cache("label"))
+    t0 = time.perf_counter()
+    with open_labeller(cfg, paths) as labeller:
+        results = label_all(cfg, prompts, gens, labeller, cache, progress)
+        judge_stats = labeller.judge.stats.as_dict() if hasattr(labeller, "judge") else None
+    seconds = time.perf_counter() - t0
+    records, lost = build_records(gens, prompts, results, tokenizer)
+    assign_label_splits(cfg, records, prompts)
+    write_jsonl(paths.claims, [c for res in results for c in res.claims])
+    write_jsonl(paths.labels, records)
+    stat_sum: dict[str, int] = {}
+    for res in results:
+        for k, v in res.stats.items():
+            stat_sum[k] = stat_sum.get(k, 0) + int(v)
+    extra = {"method": cfg.label.method, "claims": sum(len(r.claims) for r in results),
+             "claims_not_on_tokens": lost, "labeller": stat_sum,
+             "cache": {"hits": cache.hits, "misses": cache.misses}, "seconds": round(seconds, 1)}
+    if judge_stats is not None:
+        extra["judge"] = judge_stats
+    report = label_report(records, cfg.label.uncertainty_bins, extra)
+    write_json(paths.label_report, report)
+    plot_label_report(records, paths.label_plots, title=f"labels — {cfg.backbone.name} ({cfg.label.method})")
+    ok = report["status"].get("ok", 0)
+    if ok == 0:
+        raise ValueError(f"no answer got a label (status counts {report['status']}); see {paths.label_report}")
+    return paths.labels
