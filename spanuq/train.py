@@ -25,6 +25,7 @@ from .config import Config
 from .evaluate.metrics import evaluate_predictions
 from .evaluate.predict import predict_examples
 from .features.dataset import ResponseExample, collate, load_examples
+from .features.extract import fused_layers
 from .io import write_json
 from .llm import resolve_device
 from .model import HungarianMatcher, SetCriterion, SpanUQProbe, save_checkpoint
@@ -158,7 +159,7 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
                   "dev_f1": _value(dev_metrics["detection"].get("f1")) if dev_metrics else None,
                   "mlflow_run_id": run.info.run_id}
         save_checkpoint(model, cfg.probe, train[0].h.shape[1], paths.probe,
-                        extra={"backbone": cfg.backbone.name, "layers": list(cfg.backbone.layers or []),
+                        extra={"backbone": cfg.backbone.name, "layers": fused_layers(cfg),
                                "best_epoch": info["best_epoch"], "dev_auroc": dev_auroc})
         write_json(paths.probe / "history.json", info["history"])
         tracking.log_metrics({"best_dev_auroc": dev_auroc} if dev_auroc is not None else {})

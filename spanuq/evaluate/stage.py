@@ -1,0 +1,167 @@
+"""The `evaluate` stage: the trained probe and the reference baselines on the test split.
+
+* SpanUQ: predictions kept at validity ≥ 0.5 and matched to ground-truth spans
+  (IoU ≥ 0.3); span metrics over matched pairs, detection P/R/F1, sequence
+  metrics of û_seq; ECE raw and after a temperature fitted on the dev split.
+* Baselines (``evaluate.baselines``, oracle ground-truth spans): fitted on train
+  (and dev), scored on the same test responses; their ECE_cal uses a
+  temperature fitted on their own dev scores.
+
+Writes ``metrics.json`` (DVC metrics; every number JSON-safe, undefined metrics
+say why), ``plots/eval/`` (ROC, reliability, u* vs û, scored example answers),
+logs everything to MLflow, and prints the table.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..config import Config
+from ..features.dataset import ResponseExample, load_examples
+from ..io import write_json
+from ..llm import resolve_device
+from ..model import load_checkpoint
+from ..paths import StagePaths
+from .ece import apply_temperature, fit_temperature
+from .metrics import evaluate_predictions, format_table, matched_pairs, oracle_span_metrics
+from .plots import reliability_plot, roc_plot, scatter_plot
+from .predict import predict_examples
+
+log = logging.getLogger(__name__)
+
+
+def _temperature(u_true: np.ndarray, u_pred: np.ndarray) -> float | None:
+    """T fitted on dev pairs, or None when dev has too little to fit on."""
+    if len(u_true) < 2 or np.ptp(u_pred) == 0 or not ((u_pred >= 0) & (u_pred <= 1)).all():
+        return None
+    return float(fit_temperature(u_true, u_pred))
+
+
+def evaluate_probe(cfg: Config, model, dev: list[ResponseExample], test: list[ResponseExample],
+                   device) -> tuple[dict, list[dict], dict]:
+    """(metrics, test predictions, matched test pairs) of the SpanUQ probe."""
+    ec = cfg.evaluate
+    bs = cfg.train.batch_size
+    temperature = None
+    if dev:
+        d = matched_pairs(predict_examples(model, dev, bs, device), dev, ec)
+        temperature = _temperature(d["u_true"], d["u_pred"])
+    preds = predict_examples(model, test, bs, device)
+    metrics = evaluate_predictions(preds, test, ec, bootstrap=ec.bootstrap, temperature=temperature)
+    return metrics, preds, matched_pairs(preds, test, ec)
+
+
+def evaluate_baselines(cfg: Config, train, dev, test) -> tuple[dict[str, dict], dict[str, np.ndarray]]:
+    """Metrics of each configured baseline, and its concatenated test scores (for the ROC plot)."""
+    from ..baselines import make_baseline
+
+    ec = cfg.evaluate
+    rows, scores = {}, {}
+    for name in ec.baselines:
+        t0 = time.perf_counter()
+        b = make_baseline(name, cfg)
+        b.fit(train, dev)
+        temperature = None
+        if dev:
+            dev_scores = np.concatenate([s for s in b.score(dev)] or [np.zeros(0)])
+            temperature = _temperature(np.concatenate([e.u.numpy() for e in dev]), dev_scores)
+        test_scores = b.score(test)
+        rows[name] = oracle_span_metrics(test_scores, test, ec, bootstrap=ec.bootstrap, temperature=temperature)
+        rows[name]["seconds"] = round(time.perf_counter() - t0, 2)
+        scores[name] = np.concatenate(test_scores) if test_scores else np.zeros(0)
+    return rows, scores
+
+
+def draw_examples(test: list[ResponseExample], preds: list[dict], cfg: Config, path: Path) -> Path | None:
+    """The first few test answers with the probe's kept spans, coloured by û (README picture)."""
+    from ..label.targets import token_offsets, token_span_to_chars
+    from ..llm import load_tokenizer
+    from ..render import to_png
+
+    tok = load_tokenizer(cfg)
+    order = sorted(range(len(test)), key=lambda i: (-len(test[i].u), test[i].prompt_id))
+    items = []
+    for i in order[: cfg.evaluate.n_examples]:
+        ex, p = test[i], preds[i]
+        ids, offsets = token_offsets(tok, ex.response)
+        if ids != list(ex.token_ids):
+            continue
+        keep = p["validity"] >= cfg.evaluate.validity_threshold
+        spans = [(*token_span_to_chars(ex.response, offsets, int(b), int(e)), float(u))
+                 for (b, e), u in zip(p["spans"][keep], p["u"][keep])]
+        items.append((f"{ex.prompt_id} ({ex.domain}) — û_seq {p['u_seq']:.2f}, u*_seq {ex.u_seq or 0:.2f}",
+                      ex.response, spans))
+    if not items:
+        return None
+    to_png(items, str(path))
+    return path
+
+
+def run_evaluate(cfg: Config, progress: bool = True) -> Path:
+    """DVC/Prefect entry point: metrics.json + plots/eval/ + an MLflow run; prints the table."""
+    from .. import tracking
+
+    paths = StagePaths.from_config(cfg)
+    torch.set_num_threads(cfg.train.num_threads or os.cpu_count() or 1)
+    test = load_examples(paths.features, paths.labels, ("test",))
+    dev = load_examples(paths.features, paths.labels, ("dev",))
+    train = load_examples(paths.features, paths.labels, ("train",))
+    if not test:
+        raise ValueError(f"no labelled test responses in {paths.labels}; see the label report")
+    device = resolve_device(cfg.train.device)
+    model, meta = load_checkpoint(paths.probe, device)
+    t0 = time.perf_counter()
+    probe_metrics, preds, pairs = evaluate_probe(cfg, model, dev, test, device)
+    probe_metrics["seconds"] = round(time.perf_counter() - t0, 2)
+    baseline_rows, baseline_scores = evaluate_baselines(cfg, train, dev, test)
+
+    rows = {"spanuq": probe_metrics, **baseline_rows}
+    n_spans = int(sum(len(e.u) for e in test))
+    metrics = {"backbone": cfg.backbone.name, "split": "test", "n_responses": len(test), "n_spans": n_spans,
+               "probe": {"n_parameters": model.num_parameters(), **meta.get("extra", {})},
+               **rows}
+    write_json(paths.metrics, metrics)
+
+    plots = paths.eval_plots
+    plots.mkdir(parents=True, exist_ok=True)
+    ec = cfg.evaluate
+    u_all = np.concatenate([e.u.numpy() for e in test])
+    curves = {"SpanUQ (matched)": (pairs["u_true"], pairs["u_pred"])}
+    curves.update({name: (u_all, s) for name, s in baseline_scores.items()})
+    figs = [roc_plot(curves, ec.positive_threshold, plots / "roc.png")]
+    if len(pairs["u_true"]):
+        variants = {"raw": pairs["u_pred"]}
+        t = probe_metrics["span"].get("temperature")
+        if t:
+            variants[f"T = {t:.2f}"] = apply_temperature(pairs["u_pred"], t)
+        figs.append(reliability_plot(pairs["u_true"], variants, ec.ece_bins, plots / "reliability.png"))
+        figs.append(scatter_plot(pairs["u_true"], pairs["u_pred"], plots / "scatter.png"))
+    ex = draw_examples(test, preds, cfg, plots / "examples.png")
+    if ex:
+        figs.append(ex)
+
+    with tracking.start_run(cfg, run_name=f"evaluate-{cfg.backbone.name}", tags={"stage": "evaluate"}):
+        tracking.log_config(cfg)
+        tracking.log_metrics(flat_metrics(rows))
+        tracking.log_artifacts(str(plots), "plots")
+        tracking.log_artifacts(str(paths.metrics))
+    print(f"SpanUQ on {cfg.backbone.name}, test split: {len(test)} responses, {n_spans} labelled spans")
+    print(format_table(rows))
+    return paths.metrics
+
+
+def flat_metrics(rows: dict[str, dict]) -> dict[str, float]:
+    """{"spanuq.span.auroc": 0.81, ...} of every defined metric value, for MLflow."""
+    out = {}
+    for method, row in rows.items():
+        for section in ("span", "detection", "sequence"):
+            for k, v in (row.get(section) or {}).items():
+                val = v.get("value") if isinstance(v, dict) else v
+                if isinstance(val, (int, float)) and not isinstance(val, bool) and np.isfinite(val):
+                    out[f"{method}.{section}.{k}"] = float(val)
+    return out

@@ -1,0 +1,180 @@
+"""MLflow tracking and the model registry, behind five functions the stages call.
+
+* ``start_run(cfg, run_name, tags)`` — a run in experiment ``cfg.mlflow.experiment`` of the
+  tracking store ``cfg.mlflow.tracking_uri`` (else ``$MLFLOW_TRACKING_URI``, else
+  ``sqlite:///mlflow.db`` in the working directory: the repo root under DVC). With a
+  sqlite store the artifacts go to ``mlartifacts/`` beside the database file.
+* ``log_config(cfg)`` — every param as a flat dotted key (``probe.d_proj``, ...), plus the
+  whole resolved config as ``config.json``.
+* ``log_metrics(metrics, step)`` / ``log_artifacts(path, artifact_path)``.
+* ``log_probe(probe_dir, cfg, dev_auroc)`` — logs the checkpoint as an MLflow pyfunc model
+  ("models from code": ``spanuq/mlflow_model.py`` + the safetensors folder, nothing
+  pickled), registers it as ``spanuq-<backbone>`` and moves the alias ``champion`` to the
+  new version only if its dev AUROC beats the current champion's (`promote_if_better`).
+
+Nothing here reads or logs an API key: ``log_config`` logs the *name* of the environment
+variable that holds a key (``label.judge.api_key_env``), never its value.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from .config import Config
+
+log = logging.getLogger(__name__)
+
+CHAMPION = "champion"
+DEV_AUROC_TAG = "dev_auroc"
+_MAX_PARAM_CHARS = 6000  # MLflow's limit on one param value (8000 on recent stores; stay below)
+
+
+def tracking_uri(cfg: Config) -> str:
+    return cfg.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+
+
+def registered_name(cfg: Config) -> str:
+    return f"spanuq-{cfg.backbone.name}"
+
+
+def _artifact_root(uri: str) -> str | None:
+    """``mlartifacts/`` beside a sqlite database; None (MLflow's default) for other stores."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    db = Path(uri[len("sqlite:///"):])
+    return (db.resolve().parent / "mlartifacts").as_uri()
+
+
+def _setup(cfg: Config) -> str:
+    """Point mlflow at the configured store and experiment; returns the experiment id."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    import mlflow
+
+    uri = tracking_uri(cfg)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    exp = mlflow.get_experiment_by_name(cfg.mlflow.experiment)
+    if exp is None:
+        root = _artifact_root(uri)
+        exp_id = mlflow.create_experiment(
+            cfg.mlflow.experiment, artifact_location=f"{root}/{cfg.mlflow.experiment}" if root else None)
+    else:
+        exp_id = exp.experiment_id
+    mlflow.set_experiment(experiment_id=exp_id)
+    return exp_id
+
+
+@contextmanager
+def start_run(cfg: Config, run_name: str, tags: dict[str, str] | None = None) -> Iterator[Any]:
+    """``with start_run(cfg, "train-smollm2-135m") as run:`` — an active MLflow run.
+
+    Nested calls (a Prefect flow or an Optuna trial that already opened a run) become
+    child runs of the active one.
+    """
+    import mlflow
+
+    _setup(cfg)
+    base = {"backbone": cfg.backbone.name, "preset": cfg.preset}
+    nested = mlflow.active_run() is not None
+    with mlflow.start_run(run_name=run_name, tags={**base, **(tags or {})}, nested=nested) as run:
+        yield run
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """{"probe": {"d_proj": 128}} → {"probe.d_proj": 128}; lists and None become JSON text."""
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v if isinstance(v, (int, float, str, bool)) else json.dumps(v)
+    return out
+
+
+def log_config(cfg: Config) -> None:
+    """Every param of the resolved config (presets excluded) + ``config.json``."""
+    import mlflow
+
+    tree = cfg.model_dump(mode="json", exclude={"presets"})
+    params = {k: (str(v)[:_MAX_PARAM_CHARS]) for k, v in flatten(tree).items()}
+    mlflow.log_params(params)
+    mlflow.log_dict(tree, "config.json")
+
+
+def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
+    """Finite numbers only (MLflow rejects None; NaN would poison comparisons)."""
+    import mlflow
+
+    clean = {k: float(v) for k, v in metrics.items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    if clean:
+        mlflow.log_metrics(clean, step=step)
+
+
+def log_artifacts(path: str, artifact_path: str | None = None) -> None:
+    import mlflow
+
+    p = Path(path)
+    if p.is_dir():
+        mlflow.log_artifacts(str(p), artifact_path)
+    elif p.exists():
+        mlflow.log_artifact(str(p), artifact_path)
+
+
+def champion_auroc(client, name: str) -> tuple[str | None, float | None]:
+    """(version, dev AUROC) of the current champion of ``name``; (None, None) if there is none."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        mv = client.get_model_version_by_alias(name, CHAMPION)
+    except MlflowException:
+        return None, None
+    raw = (mv.tags or {}).get(DEV_AUROC_TAG)
+    try:
+        return mv.version, float(raw) if raw not in (None, "", "None") else None
+    except ValueError:
+        return mv.version, None
+
+
+def promote_if_better(client, name: str, version: str, dev_auroc: float | None) -> bool:
+    """Move ``@champion`` to ``version`` if its dev AUROC beats the champion's (strictly).
+
+    A version without a defined dev AUROC never replaces a champion; the first version
+    with one becomes champion when there is none.
+    """
+    current, best = champion_auroc(client, name)
+    if dev_auroc is None or not math.isfinite(dev_auroc):
+        return False
+    if current is not None and best is not None and dev_auroc <= best:
+        return False
+    client.set_registered_model_alias(name, CHAMPION, version)
+    return True
+
+
+def log_probe(probe_dir: str | Path, cfg: Config, dev_auroc: float | None) -> dict[str, Any]:
+    """Log + register the probe in the active run; returns what the train report records."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    code = Path(__file__).with_name("mlflow_model.py")
+    info = mlflow.pyfunc.log_model(
+        name="probe",
+        python_model=str(code),
+        artifacts={"checkpoint": str(Path(probe_dir))},
+        pip_requirements=["spanuq", "torch", "safetensors", "numpy", "pandas"],
+    )
+    name = registered_name(cfg)
+    mv = mlflow.register_model(info.model_uri, name)
+    client = MlflowClient()
+    client.set_model_version_tag(name, mv.version, DEV_AUROC_TAG, "None" if dev_auroc is None else repr(float(dev_auroc)))
+    promoted = promote_if_better(client, name, mv.version, dev_auroc)
+    champ, champ_auroc = champion_auroc(client, name)
+    log.info("registered %s v%s (dev AUROC %s); champion: v%s", name, mv.version, dev_auroc, champ)
+    return {"registered_model": name, "model_version": int(mv.version), "promoted": promoted,
+            "champion_version": int(champ) if champ else None, "champion_dev_auroc": champ_auroc}
