@@ -263,7 +263,7 @@ class EvaluateConfig(_Section):
     bootstrap: int = 1000  # cluster-bootstrap resamples (over responses) for the 95% CIs
     seed: int = 0
     baselines: list[str] = Field(default_factory=lambda: ["token_entropy", "mlp_probe"])  # rows beside SpanUQ
-    n_examples: int = 3  # test answers drawn with their scored spans (plots/eval/examples.png)
+    n_examples: int = 2  # test answers drawn with their scored spans (plots/eval/examples.png)
 
 
 class MlflowConfig(_Section):

@@ -68,48 +68,84 @@ def to_html(text: str, spans: Sequence[Span], title: str | None = None) -> str:
             f'{head}<p>{"".join(parts)}</p></div>')
 
 
+def wrap(text: str, width: int) -> list[tuple[int, int]]:
+    """Character ranges [start, end) of the lines of ``text`` wrapped at spaces to ``width``."""
+    lines, start = [], 0
+    while start < len(text):
+        if len(text) - start <= width:
+            lines.append((start, len(text)))
+            break
+        cut = text.rfind(" ", start, start + width + 1)
+        if cut <= start:  # one word longer than a line: break it
+            cut = start + width
+        lines.append((start, cut))
+        start = cut + 1 if text[cut] == " " else cut
+    return lines
+
+
 def to_png(items: Sequence[tuple[str, str, Sequence[Span]]], path: str, width_chars: int = 92) -> None:
-    """Render (title, text, spans) items into one PNG with matplotlib (wrapped text, coloured spans)."""
+    """(title, text, spans) items drawn into one PNG: wrapped monospace text, each span's
+    characters on its colour, its score in small type where it ends, and a colour key."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    lines: list[list[tuple[str, float | None]] | str] = []
+    rows: list[tuple[str, object]] = []  # ("title", str) | ("text", (text, scores, ends, a, b)) | ("gap", None)
     for title, text, spans in items:
-        lines.append(title)
-        row: list[tuple[str, float | None]] = []
-        n = 0
-        for chunk, s in _runs(text.replace("\n", " "), spans):
-            for word in chunk.split(" "):
-                piece = word + " "
-                if n + len(piece) > width_chars and row:
-                    lines.append(row)
-                    row, n = [], 0
-                row.append((piece, s))
-                n += len(piece)
-        if row:
-            lines.append(row)
-        lines.append([])
-    ch_w, ln_h = 0.0085, 1.0 / max(len(lines) + 1, 1)
-    fig = plt.figure(figsize=(width_chars * 0.105, 0.3 * (len(lines) + 1)), dpi=120)
+        text = text.replace("\n", " ")
+        scores = _char_scores(text, spans)
+        ends: dict[int, float] = {}
+        for start, end, u in spans:  # the score label goes after the span's last character
+            if 0 < end <= len(text):
+                ends[end - 1] = max(u, ends.get(end - 1, u))
+        rows.append(("title", title))
+        rows.extend(("text", (text, scores, ends, a, b)) for a, b in wrap(text, width_chars))
+        rows.append(("gap", None))
+    rows.append(("key", None))
+    pt_per_char, line_pt = 6.0, 21.0  # DejaVu Sans Mono at 10 pt advances 0.6 em
+    width_pt = (width_chars + 4) * pt_per_char
+    height_pt = line_pt * (len(rows) + 1)
+    fig = plt.figure(figsize=(width_pt / 72, height_pt / 72), dpi=130)
     ax = fig.add_axes([0, 0, 1, 1])
+    ax.set_xlim(0, width_pt)
+    ax.set_ylim(height_pt, 0)
     ax.axis("off")
-    y = 1 - ln_h
-    for line in lines:
-        if isinstance(line, str):
-            ax.text(0.01, y, line, fontsize=10, fontweight="bold", family="DejaVu Sans", va="center")
-        else:
-            x = 0.01
-            for piece, s in line:
-                w = len(piece) * ch_w * 1.0
-                if s is not None:
-                    r, g, b = colour(s)
-                    ax.add_patch(Rectangle((x, y - ln_h * 0.42), w, ln_h * 0.84, color=(r / 255, g / 255, b / 255),
-                                           alpha=0.55, lw=0))
-                ax.text(x, y, piece, fontsize=10, family="DejaVu Sans Mono", va="center")
-                x += w
-        y -= ln_h
+    x0, y = 2 * pt_per_char, line_pt
+    for kind, row in rows:
+        if kind == "title":
+            ax.text(x0, y, row, fontsize=10, fontweight="bold", family="DejaVu Sans", va="center")
+        elif kind == "text":
+            text, scores, ends, a, b = row
+            i = a
+            while i < b:  # one rectangle per run of equal score (no seams between characters)
+                j = i
+                while j < b and scores[j] == scores[i]:
+                    j += 1
+                if scores[i] is not None:
+                    r, g, bl = colour(scores[i])
+                    ax.add_patch(Rectangle((x0 + (i - a) * pt_per_char, y - 0.4 * line_pt), (j - i) * pt_per_char,
+                                           0.72 * line_pt, lw=0, color=(r / 255, g / 255, bl / 255), alpha=0.6))
+                i = j
+            for i in range(a, b):  # characters placed one by one, so text and colour stay aligned
+                x = x0 + (i - a) * pt_per_char
+                if not text[i].isspace():
+                    ax.text(x + pt_per_char / 2, y, text[i], fontsize=10, family="DejaVu Sans Mono", va="center",
+                            ha="center")
+                if i in ends:
+                    ax.text(x + pt_per_char, y - 0.42 * line_pt, f"{ends[i]:.2f}", fontsize=5.5,
+                            family="DejaVu Sans", va="center", ha="left", color="#333333")
+        elif kind == "key":
+            steps = 40
+            for k in range(steps):
+                r, g, bl = colour(k / (steps - 1))
+                ax.add_patch(Rectangle((x0 + 14 * pt_per_char + k * 3, y - 0.3 * line_pt), 3, 0.6 * line_pt, lw=0,
+                                       color=(r / 255, g / 255, bl / 255), alpha=0.6))
+            ax.text(x0, y, "span score û:", fontsize=8, family="DejaVu Sans", va="center")
+            ax.text(x0 + 14 * pt_per_char - 4, y, "0", fontsize=8, family="DejaVu Sans", va="center", ha="right")
+            ax.text(x0 + 14 * pt_per_char + steps * 3 + 4, y, "1   (0 = consistent, 1 = likely wrong)", fontsize=8,
+                    family="DejaVu Sans", va="center")
+        y += line_pt
     fig.savefig(path)
     plt.close(fig)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
+import warnings
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -107,11 +109,16 @@ def log_config(cfg: Config) -> None:
     mlflow.log_dict(tree, "config.json")
 
 
+def metric_name(key: str) -> str:
+    """A key MLflow accepts: ``sequence.auroc@0.3`` → ``sequence.auroc_at_0.3``."""
+    return re.sub(r"[^\w\-. :/]", "_", key.replace("@", "_at_"))
+
+
 def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
     """Finite numbers only (MLflow rejects None; NaN would poison comparisons)."""
     import mlflow
 
-    clean = {k: float(v) for k, v in metrics.items()
+    clean = {metric_name(k): float(v) for k, v in metrics.items()
              if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
     if clean:
         mlflow.log_metrics(clean, step=step)
@@ -127,7 +134,7 @@ def log_artifacts(path: str, artifact_path: str | None = None) -> None:
         mlflow.log_artifact(str(p), artifact_path)
 
 
-def champion_auroc(client, name: str) -> tuple[str | None, float | None]:
+def champion_auroc(client, name: str) -> tuple[int | None, float | None]:
     """(version, dev AUROC) of the current champion of ``name``; (None, None) if there is none."""
     from mlflow.exceptions import MlflowException
 
@@ -137,9 +144,9 @@ def champion_auroc(client, name: str) -> tuple[str | None, float | None]:
         return None, None
     raw = (mv.tags or {}).get(DEV_AUROC_TAG)
     try:
-        return mv.version, float(raw) if raw not in (None, "", "None") else None
+        return int(mv.version), float(raw) if raw not in (None, "", "None") else None
     except ValueError:
-        return mv.version, None
+        return int(mv.version), None
 
 
 def promote_if_better(client, name: str, version: str, dev_auroc: float | None) -> bool:
@@ -163,12 +170,14 @@ def log_probe(probe_dir: str | Path, cfg: Config, dev_auroc: float | None) -> di
     from mlflow import MlflowClient
 
     code = Path(__file__).with_name("mlflow_model.py")
-    info = mlflow.pyfunc.log_model(
-        name="probe",
-        python_model=str(code),
-        artifacts={"checkpoint": str(Path(probe_dir))},
-        pip_requirements=["spanuq", "torch", "safetensors", "numpy", "pandas"],
-    )
+    with warnings.catch_warnings():  # "add type hints to predict": the input contract is in mlflow_model.py
+        warnings.filterwarnings("ignore", message=".*type hints.*")
+        info = mlflow.pyfunc.log_model(
+            name="probe",
+            python_model=str(code),
+            artifacts={"checkpoint": str(Path(probe_dir))},
+            pip_requirements=["spanuq", "torch", "safetensors", "numpy", "pandas"],
+        )
     name = registered_name(cfg)
     mv = mlflow.register_model(info.model_uri, name)
     client = MlflowClient()
@@ -177,4 +186,4 @@ def log_probe(probe_dir: str | Path, cfg: Config, dev_auroc: float | None) -> di
     champ, champ_auroc = champion_auroc(client, name)
     log.info("registered %s v%s (dev AUROC %s); champion: v%s", name, mv.version, dev_auroc, champ)
     return {"registered_model": name, "model_version": int(mv.version), "promoted": promoted,
-            "champion_version": int(champ) if champ else None, "champion_dev_auroc": champ_auroc}
+            "champion_version": champ, "champion_dev_auroc": champ_auroc}

@@ -77,3 +77,14 @@ def test_conversions_round_trip():
         e = b + torch.randint(0, 5, (50,), generator=torch.Generator().manual_seed(T + 1))
         tok = torch.stack([b, e.clamp(max=T - 1)], -1)
         assert torch.equal(normalized_to_token_spans(token_spans_to_normalized(tok, T), T), tok)
+
+
+def test_duplicate_spans_are_suppressed_best_score_first():
+    from spanuq.model import suppress_duplicates
+
+    spans = torch.tensor([[0.0, 4.0], [0.0, 5.0], [6.0, 9.0], [1.0, 4.0], [6.0, 7.0]])
+    scores = torch.tensor([0.6, 0.9, 0.8, 0.7, 0.55])
+    # [0,5] (0.9) wins over [0,4] (IoU 0.8) and [1,4] (IoU 0.6); [6,7] overlaps [6,9] by 1/3 only
+    assert suppress_duplicates(spans, scores, iou_threshold=0.5) == [1, 2, 4]
+    assert suppress_duplicates(spans, scores, iou_threshold=1.0) == [1, 2, 3, 0, 4]
+    assert suppress_duplicates(torch.zeros(0, 2), torch.zeros(0)) == []

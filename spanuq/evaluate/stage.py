@@ -78,9 +78,13 @@ def evaluate_baselines(cfg: Config, train, dev, test) -> tuple[dict[str, dict], 
 
 
 def draw_examples(test: list[ResponseExample], preds: list[dict], cfg: Config, path: Path) -> Path | None:
-    """The first few test answers with the probe's kept spans, coloured by û (README picture)."""
+    """The test answers with the most labelled spans: the probe's kept spans coloured by û above
+    the labelled spans coloured by u* (the README picture).  For display only, spans are snapped to whole words and a query that
+    repeats a better-scored query's span (IoU > 0.5) is not drawn."""
+    from ..label.spans import snap_to_words
     from ..label.targets import token_offsets, token_span_to_chars
     from ..llm import load_tokenizer
+    from ..model.span_ops import suppress_duplicates
     from ..render import to_png
 
     tok = load_tokenizer(cfg)
@@ -91,11 +95,20 @@ def draw_examples(test: list[ResponseExample], preds: list[dict], cfg: Config, p
         ids, offsets = token_offsets(tok, ex.response)
         if ids != list(ex.token_ids):
             continue
-        keep = p["validity"] >= cfg.evaluate.validity_threshold
-        spans = [(*token_span_to_chars(ex.response, offsets, int(b), int(e)), float(u))
-                 for (b, e), u in zip(p["spans"][keep], p["u"][keep])]
-        items.append((f"{ex.prompt_id} ({ex.domain}) — û_seq {p['u_seq']:.2f}, u*_seq {ex.u_seq or 0:.2f}",
+        keep = np.flatnonzero(p["validity"] >= cfg.evaluate.validity_threshold)
+        tok_spans = torch.as_tensor(p["spans"][keep], dtype=torch.float32)
+        shown = suppress_duplicates(tok_spans + torch.tensor([0.0, 1.0]), torch.as_tensor(p["validity"][keep]))
+        spans = []
+        for k in shown:
+            b, e = (int(x) for x in p["spans"][keep[k]])
+            spans.append((*snap_to_words(ex.response, *token_span_to_chars(ex.response, offsets, b, e)),
+                          float(p["u"][keep[k]])))
+        labels = [(*token_span_to_chars(ex.response, offsets, b, e), float(u))
+                  for (b, e), u in zip(ex.spans.tolist(), ex.u.tolist())]
+        items.append((f"{ex.prompt_id} ({ex.domain}), SpanUQ probe, one forward pass: û_seq {p['u_seq']:.2f}",
                       ex.response, spans))
+        items.append((f"the same answer, labels from {cfg.generate.n_samples} samples ({cfg.label.method}): "
+                      f"u*_seq {ex.u_seq or 0:.2f}", ex.response, labels))
     if not items:
         return None
     to_png(items, str(path))

@@ -13,6 +13,7 @@ from .span_ops import (
     span_iou,
     span_length,
     span_se_to_cw,
+    suppress_duplicates,
     token_spans_to_normalized,
 )
 
@@ -21,5 +22,6 @@ __all__ = [
     "beta_log_prob", "generalized_span_iou", "load_checkpoint", "mob_log_prob", "mob_mean", "mob_precision",
     "normalized_to_token_spans", "pairwise_span_iou", "ranking_pairs", "save_checkpoint",
     "sinusoidal_position_encoding", "span_cw_to_se", "span_giou", "span_iou", "span_length", "span_se_to_cw",
+    "suppress_duplicates",
     "token_spans_to_normalized",
 ]

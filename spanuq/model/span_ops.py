@@ -97,3 +97,20 @@ def normalized_to_token_spans(spans: torch.Tensor, T: int | torch.Tensor, tol: f
     b = torch.minimum(b.clamp(min=0), hi)
     e = torch.minimum(torch.maximum(e, b), hi)
     return torch.stack([b, e], dim=-1).long()
+
+
+def suppress_duplicates(spans: torch.Tensor, scores: torch.Tensor, iou_threshold: float = 0.5) -> list[int]:
+    """Greedy non-maximum suppression over (K, 2) continuous spans (inclusive token spans
+    (b, e) as [b, e + 1]): the indices kept, best ``scores`` first.
+
+    A set decoder predicts each span once in principle, but a lightly trained one
+    repeats spans from several queries; views of scored spans (and a user-facing
+    scorer) show one of each.  Metrics never use this: they match every kept query.
+    """
+    order = torch.argsort(scores, descending=True, stable=True).tolist()
+    iou = pairwise_span_iou(spans.float(), spans.float()) if len(spans) else spans.new_zeros(0, 0)
+    kept: list[int] = []
+    for i in order:
+        if all(float(iou[i, j]) <= iou_threshold for j in kept):
+            kept.append(i)
+    return kept

@@ -1,0 +1,75 @@
+"""MLflow: runs, the model registry and the `champion` alias, on a real sqlite tracking store."""
+import mlflow
+import numpy as np
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from spanuq import tracking
+from spanuq.config import ProbeConfig
+from spanuq.model import SpanUQProbe, save_checkpoint
+
+TINY = ProbeConfig(d_proj=32, n_queries=4, n_heads=2, d_ffn=64, dropout=0.0)
+D = 16
+
+
+@pytest.fixture
+def cfg(make_cfg):
+    return make_cfg("mlflow.experiment=test-registry")
+
+
+def _probe_dir(tmp_path, seed: int):
+    torch.manual_seed(seed)
+    model = SpanUQProbe(TINY, D).eval()
+    return save_checkpoint(model, TINY, D, tmp_path / f"probe-{seed}"), model
+
+
+def _register(cfg, tmp_path, seed: int, dev_auroc):
+    probe_dir, model = _probe_dir(tmp_path, seed)
+    with tracking.start_run(cfg, run_name=f"train-{seed}") as run:
+        tracking.log_config(cfg)
+        info = tracking.log_probe(probe_dir, cfg, dev_auroc=dev_auroc)
+    return info, run.info.run_id, model
+
+
+def test_champion_alias_moves_only_when_dev_auroc_improves(cfg, tmp_path):
+    name = tracking.registered_name(cfg)
+    assert name == "spanuq-smollm2-135m"
+    steps = [(0, 0.70, True, 1), (1, 0.65, False, 1), (2, None, False, 1), (3, 0.70, False, 1), (4, 0.81, True, 5)]
+    for seed, auroc, promoted, champion in steps:
+        info, _, _ = _register(cfg, tmp_path, seed, auroc)
+        assert info["model_version"] == seed + 1
+        assert info["promoted"] is promoted, (seed, auroc)
+        assert info["champion_version"] == champion
+    client = MlflowClient(tracking.tracking_uri(cfg))
+    assert int(client.get_model_version_by_alias(name, "champion").version) == 5
+    assert tracking.champion_auroc(client, name) == (5, 0.81)
+
+
+def test_the_champion_loads_from_the_registry_and_scores_like_the_checkpoint(cfg, tmp_path):
+    _, run_id, model = _register(cfg, tmp_path, 7, 0.9)
+    run = MlflowClient(tracking.tracking_uri(cfg)).get_run(run_id)
+    assert run.data.params["probe.d_proj"] == "128" and run.data.tags["backbone"] == "smollm2-135m"
+    pyfunc = mlflow.pyfunc.load_model("models:/spanuq-smollm2-135m@champion")
+    g = torch.Generator().manual_seed(0)
+    h, ent = torch.randn(12, D, generator=g), torch.rand(12, generator=g)
+    out = pyfunc.predict({"h": h.numpy(), "entropy": ent.numpy()}, params={"threshold": 0.0})
+    want = model.predict(h[None], ent[None], torch.ones(1, 12, dtype=torch.bool), torch.tensor([12]), threshold=0.0)[0]
+    assert len(out) == 1 and len(out[0]["spans"]) == TINY.n_queries == len(want.spans)
+    np.testing.assert_allclose([s["u"] for s in out[0]["spans"]], [s.u for s in want.spans], rtol=1e-5)
+    assert out[0]["u_seq"] == pytest.approx(want.u_seq, rel=1e-5)
+    with pytest.raises(Exception, match="d_model"):
+        pyfunc.predict({"h": np.zeros((5, D + 1), dtype=np.float32)})
+
+
+def test_no_api_key_reaches_mlflow(cfg, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPANUQ_TEST_KEY", "sk-very-secret-123")
+    cfg = cfg.model_copy(update={"label": cfg.label.model_copy(update={
+        "judge": cfg.label.judge.model_copy(update={"api_key_env": "SPANUQ_TEST_KEY"})})})
+    with tracking.start_run(cfg, run_name="secret-check") as run:
+        tracking.log_config(cfg)
+    params = MlflowClient(tracking.tracking_uri(cfg)).get_run(run.info.run_id).data.params
+    assert params["label.judge.api_key_env"] == "SPANUQ_TEST_KEY"
+    assert not any("sk-very-secret" in v for v in params.values())
+    assert not any("sk-very-secret" in p.read_text(errors="ignore") for p in tmp_path.rglob("*") if p.is_file()
+                   and p.suffix in (".json", ".yaml", ".txt", ""))
