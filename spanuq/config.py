@@ -247,6 +247,7 @@ class TrainConfig(_Section):
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     patience: int = 5
+    select: Literal["auroc", "auroc-mae"] = "auroc"  # dev score for early stopping / the best epoch (train.dev_score)
     seed: int = 0
     num_threads: int | None = None
     device: str = "auto"

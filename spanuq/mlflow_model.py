@@ -20,6 +20,7 @@ Output: a list with one dict per response:
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import mlflow
@@ -119,4 +120,6 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
         return out
 
 
-mlflow.models.set_model(SpanUQPyfunc())
+with warnings.catch_warnings():  # "add type hints to predict": the input contract is the docstring above
+    warnings.filterwarnings("ignore", message=".*type hints.*")
+    mlflow.models.set_model(SpanUQPyfunc())

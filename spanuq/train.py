@@ -41,15 +41,25 @@ def seed_everything(seed: int) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
-def dev_score(metrics: dict) -> float:
-    """Model-selection score: dev span AUROC; when undefined (one class), Spearman ρ_s."""
+def dev_score(metrics: dict, select: str = "auroc") -> float:
+    """Model-selection score on dev.
+
+    ``auroc`` (the paper): span AUROC, or Spearman ρ_s when AUROC is undefined (one class).
+    ``auroc-mae``: AUROC − MAE, which also rewards calibration; on a dev split of a few
+    dozen spans AUROC alone is noisy and stops at the first lucky joint epoch, before
+    the Mixture-of-Beta means have converged.
+    """
     span = metrics["span"]
+    score = -math.inf
     for key in ("auroc", "spearman"):
-        v = span.get(key)
-        v = v.get("value") if isinstance(v, dict) else v
+        v = _value(span.get(key))
         if v is not None and not math.isnan(v):
-            return float(v)
-    return -math.inf
+            score = float(v)
+            break
+    if select == "auroc-mae" and math.isfinite(score):
+        mae = _value(span.get("mae"))
+        score -= float(mae) if mae is not None and not math.isnan(mae) else 1.0
+    return score
 
 
 def evaluate_model(model, examples: list[ResponseExample], cfg: Config, device, bootstrap: int = 0) -> dict:
@@ -111,7 +121,7 @@ def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExa
         bar.set_postfix(loss=f"{row.get('train_loss', float('nan')):.3f}", auroc=row.get("dev_auroc"))
         if phase == "warmup":
             continue
-        score = dev_score(dev_metrics) if dev_metrics else -row.get("train_loss", 0.0)
+        score = dev_score(dev_metrics, tc.select) if dev_metrics else -row.get("train_loss", 0.0)
         if score > best_score or best is None:
             best_score, best_epoch, bad = score, epoch + 1, 0
             best = copy.deepcopy(model.state_dict())

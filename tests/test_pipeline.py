@@ -33,6 +33,18 @@ def _copy_repo(src: Path, dst: Path, params: dict) -> Path:
     return dst
 
 
+def _llama_servers_in(repo: Path) -> list[int]:
+    """Pids of llama.cpp servers running in `repo` (their working directory)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if b"llama_cpp.server" in (proc / "cmdline").read_bytes() and (proc / "cwd").resolve() == repo.resolve():
+                pids.append(int(proc.name))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
 def _env() -> dict:
     return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
 
@@ -51,8 +63,13 @@ def test_killing_dvc_repro_during_generation_then_rerunning_resumes(repo_root, t
     while time.monotonic() < deadline and len(list(cache.glob("*/*.json"))) < 2:
         assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
         time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)  # like Ctrl-C twice, or an OOM kill
+    assert _llama_servers_in(repo), "the generate stage should be running its llama.cpp server"
+    os.killpg(proc.pid, signal.SIGKILL)  # like an OOM kill: no clean-up code runs
     proc.wait()
+    deadline = time.monotonic() + 15
+    while _llama_servers_in(repo) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _llama_servers_in(repo), "the llama.cpp server outlived the killed stage"
     done_before = len(list(cache.glob("*/*.json")))
     assert 2 <= done_before < 6
 
@@ -63,3 +80,30 @@ def test_killing_dvc_repro_during_generation_then_rerunning_resumes(repo_root, t
     assert report["cached"] >= done_before and report["cached"] + report["generated"] == 6
     lines = (repo / "data/smollm2-135m/generations.jsonl").read_text().splitlines()
     assert len(lines) == 6
+
+
+@pytest.mark.server
+def test_dvc_repro_runs_the_six_stages_end_to_end_and_reruns_only_what_a_param_touches(repo_root, tmp_path):
+    """The whole spine on a tiny config: prompts → generate → label → extract → train → evaluate."""
+    pytest.importorskip("llama_cpp")
+    repo = _copy_repo(repo_root, tmp_path / "repo", {
+        "prompts.n_prompts": 16, "generate.n_samples": 2, "generate.max_new_tokens": 24,
+        "train.warmup_epochs": 2, "train.joint_epochs": 2, "evaluate.bootstrap": 20,
+    })
+    env = {**_env(), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    out = subprocess.run([str(BIN / "dvc"), "repro"], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "spanuq " in out.stdout and "token_entropy" in out.stdout  # the test-split table is printed
+    root = repo / "data/smollm2-135m"
+    metrics = json.loads((root / "metrics.json").read_text())
+    assert metrics["n_responses"] >= 1 and {"spanuq", "token_entropy", "mlp_probe"} <= metrics.keys()
+    assert (root / "probe/model.safetensors").exists() and (root / "plots/eval/examples.png").exists()
+    assert json.loads((root / "train_report.json").read_text())["registered_model"] == "spanuq-smollm2-135m"
+    # a training param reruns train and evaluate only
+    tree = yaml.safe_load((repo / "params.yaml").read_text())
+    tree["train"]["joint_epochs"] = 3
+    (repo / "params.yaml").write_text(yaml.safe_dump(tree, sort_keys=False))
+    out = subprocess.run([str(BIN / "dvc"), "repro"], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ran = {line.split("'")[1] for line in out.stdout.splitlines() if line.startswith("Running stage")}
+    assert ran == {"train", "evaluate"}, out.stdout
