@@ -1,8 +1,9 @@
 """Layer probing (paper App. B.6, Tab. A5): which layers carry the uncertainty signal?
 
 For every candidate layer l, an MLP probe is trained on mean-pooled span features
-of that layer alone (oracle spans from the labels, train split) and scored by span
-AUROC on the held-out split.  The curve is usually an inverted U peaking in the
+of that layer alone (oracle spans from the labels, train split, early stopping on a
+held-out part of train) and scored by span AUROC on the dev split: choosing layers
+is model selection, so the test split stays out of it.  The curve is usually an inverted U peaking in the
 mid-to-late layers; pick three adjacent layers near the peak as `backbone.layers`.
 """
 from __future__ import annotations
@@ -50,16 +51,16 @@ def run_layer_probe(cfg: Config, layers: list[int] | None = None, out_dir: str |
     recs = [r for r in read_records(paths.labels, LabeledResponse) if r.status == "ok" and r.spans]
     gens = {g.prompt_id: g for g in read_records(paths.generations, Generation)}
     train = [r for r in recs if r.split == "train"]
-    held = [r for r in recs if r.split == "test"] or [r for r in recs if r.split == "dev"]
+    held = [r for r in recs if r.split == "dev"]
     if not train or not held:
-        raise ValueError("layer probing needs labelled train and test (or dev) responses; run `dvc repro label`")
+        raise ValueError("layer probing needs labelled train and dev responses; run `dvc repro label`")
     ftr = collect_layer_features(cfg, train, gens, layers, progress=progress)
     fte = collect_layer_features(cfg, held, gens, layers, progress=progress)
     ytr = np.array([x.u for r in train for x in r.spans])
     yte = np.array([x.u for r in held for x in r.spans])
     rows = []
     for l in tqdm(layers, desc="layer probes", disable=not progress):
-        model = train_span_mlp(ftr[l], ytr, fte[l], yte, seed=cfg.train.seed)
+        model = train_span_mlp(ftr[l], ytr, seed=cfg.train.seed)
         m = span_metrics(yte, predict_span_mlp(model, fte[l]), cfg.evaluate.positive_threshold)
         rows.append({"layer": l, "auroc": _v(m.get("auroc")), "spearman": _v(m.get("spearman")),
                      "mae": _v(m.get("mae")), "n_train_spans": len(ytr), "n_test_spans": len(yte)})
@@ -71,7 +72,7 @@ def run_layer_probe(cfg: Config, layers: list[int] | None = None, out_dir: str |
     best = max((r for r in rows if r["auroc"] is not None), key=lambda r: r["auroc"], default=None)
     write_json(out / "layer_auroc.json", {"rows": rows, "best_layer": best["layer"] if best else None})
     _plot(rows, out / "layer_auroc.png", cfg.backbone.name)
-    print(f"{'layer':>5}  {'AUROC':>6}  {'rho_s':>6}  {'MAE':>6}   (span-level, {len(yte)} held-out spans)")
+    print(f"{'layer':>5}  {'AUROC':>6}  {'rho_s':>6}  {'MAE':>6}   (span-level, {len(yte)} dev spans)")
     for r in rows:
         f = lambda v: f"{v:6.3f}" if v is not None else "   n/a"  # noqa: E731
         print(f"{r['layer']:>5}  {f(r['auroc'])}  {f(r['spearman'])}  {f(r['mae'])}")
