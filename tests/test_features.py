@@ -82,3 +82,31 @@ def test_duplicate_ids_and_missing_index_are_clear_errors(tmp_path):
         w.add("a", it)
     with pytest.raises(FileNotFoundError, match="spanuq extract"):
         FeatureStore(tmp_path / "nothing")
+
+
+def test_a_hub_backbone_loads_from_a_local_folder_of_its_name(make_cfg, tmp_path):
+    """Qwen3 presets load by hub id, or from ``<paths.models>/<preset name>`` when that folder exists.
+
+    Here the folder holds a tiny random-weight Qwen3 built from a config (and the
+    shipped tokenizer), so the hub code path runs offline end to end.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from spanuq.llm import load_backbone, load_tokenizer
+
+    tok = load_tokenizer(make_cfg())  # the default backbone's tokenizer, with its chat template
+    config = AutoConfig.for_model("qwen3", hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                  vocab_size=len(tok), tie_word_embeddings=True)
+    torch.manual_seed(0)
+    folder = tmp_path / "models" / "qwen3-8b"
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+    cfg = make_cfg("backbone.name=qwen3-8b", f"paths.models={tmp_path / 'models'}", "backbone.layers=[1,3]")
+    model, qtok = load_backbone(cfg)
+    assert type(model).__name__ == "Qwen3ForCausalLM" and model.config.hidden_size == 32
+    chat = chat_prompt(qtok, "Who wrote Hamlet?")
+    resp = response_token_ids(qtok, "William Shakespeare wrote Hamlet.")
+    (item,) = extract_batch(model, qtok, [chat], [resp], layers=cfg.backbone.layers, out_dtype=torch.float32)
+    assert item.h.shape == (len(resp), 32) and torch.isfinite(item.h).all()

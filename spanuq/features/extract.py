@@ -38,27 +38,34 @@ def fused_layers(cfg: Config) -> list[int]:
 
 
 @torch.inference_mode()
-def teacher_forced(model, tokenizer, chat_prompts: list[str], responses: list[list[int]]):
+def teacher_forced(model, tokenizer, chat_prompts: list[str], responses: list[list[int]],
+                   layers: list[int] | None = None):
     """One forward pass over [prompt; response] per pair (right-padded batch).
 
     Yields, per pair, ``(hidden, logits)``: hidden (n_layers+1, T, d) at the response
-    positions and logits (T, V) at the positions that predicted each response token.
+    positions (only ``layers``, in that order, when given) and logits (T, V) at the
+    positions that predicted each response token.
     """
+    prompt_ids = [tokenizer(chat, add_special_tokens=False)["input_ids"] for chat in chat_prompts]
+    yield from teacher_forced_ids(model, prompt_ids, responses, tokenizer.pad_token_id or 0, layers)
+
+
+@torch.inference_mode()
+def teacher_forced_ids(model, prompt_ids: list[list[int]], responses: list[list[int]], pad_id: int = 0,
+                       layers: list[int] | None = None):
+    """`teacher_forced` on already tokenised prompts."""
     device = next(model.parameters()).device
-    seqs, starts = [], []
-    for chat, resp in zip(chat_prompts, responses):
-        p = tokenizer(chat, add_special_tokens=False)["input_ids"]
-        seqs.append(p + list(resp))
-        starts.append(len(p))
+    seqs = [list(p) + list(r) for p, r in zip(prompt_ids, responses)]
+    starts = [len(p) for p in prompt_ids]
     L = max(len(s) for s in seqs)
-    pad = tokenizer.pad_token_id or 0
-    ids = torch.full((len(seqs), L), pad, dtype=torch.long)
+    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
     att = torch.zeros((len(seqs), L), dtype=torch.long)
     for i, s in enumerate(seqs):  # right padding: positions of real tokens are unchanged
         ids[i, : len(s)] = torch.tensor(s)
         att[i, : len(s)] = 1
     out = model(input_ids=ids.to(device), attention_mask=att.to(device), output_hidden_states=True)
-    hs = torch.stack(out.hidden_states, dim=1)  # (B, n_layers+1, L, d)
+    keep = range(len(out.hidden_states)) if layers is None else layers
+    hs = torch.stack([out.hidden_states[l] for l in keep], dim=1)  # (B, |keep|, L, d)
     for i, (s, st) in enumerate(zip(seqs, starts)):
         T = len(s) - st
         yield hs[i, :, st: st + T], out.logits[i, st - 1: st - 1 + T]
@@ -74,12 +81,14 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
 def extract_batch(model, tokenizer, chat_prompts: list[str], responses: list[list[int]], layers: list[int],
                   out_dtype: torch.dtype = torch.float16) -> list[FeatureItem]:
     """Fused hidden states + entropy for the response tokens of each (prompt, response) pair."""
-    items = []
-    for (hidden, logits), resp in zip(teacher_forced(model, tokenizer, chat_prompts, responses), responses):
-        fused = hidden[layers].float().mean(0)
-        items.append(FeatureItem(fused.to(out_dtype).cpu(), token_entropy(logits).cpu(),
-                                 torch.tensor(list(resp), dtype=torch.int32)))
-    return items
+    return fuse(teacher_forced(model, tokenizer, chat_prompts, responses, layers), responses, out_dtype)
+
+
+def fuse(pairs, responses: list[list[int]], out_dtype: torch.dtype = torch.float16) -> list[FeatureItem]:
+    """`FeatureItem`s from `teacher_forced` output restricted to the fused layers (Eq. 1: their mean)."""
+    return [FeatureItem(hidden.float().mean(0).to(out_dtype).cpu(), token_entropy(logits).cpu(),
+                        torch.tensor(list(resp), dtype=torch.int32))
+            for (hidden, logits), resp in zip(pairs, responses)]
 
 
 def _item_key(cfg: Config, layers: list[int], g: Generation) -> str:
