@@ -125,7 +125,11 @@ class GenerateConfig(_Section):
 
     backend: Literal["hf", "server", "vllm"] = "hf"
     n_samples: int = 5
-    max_new_tokens: int = 64
+    max_new_tokens: int = 64  # the greedy answer's budget: large enough that answers end on their own
+    # the samples' budget (None: max_new_tokens).  A sample cut off by it abstains on the claims it
+    # never reached (label stage), so a smaller budget costs votes on late claims, never wrong labels.
+    sample_max_new_tokens: int | None = None
+    stop: list[str] = Field(default_factory=list)  # stop strings, e.g. ["\n\n"]: one paragraph per answer
     temperature: float = 1.0
     top_p: float = 0.95
     seed: int = 0

@@ -13,7 +13,7 @@ Input (one row per response):
   * or a dict ``{"h": ..., "entropy": ...}`` for one response (or columns of lists for many);
   * or a list of such dicts.
 ``params={"threshold": 0.5}`` overrides the validity threshold stored with the probe (chosen on
-dev); ``params={"calibrated": False}`` returns raw û instead of the dev-calibrated score.
+dev; a negative value, the default, keeps it); ``params={"calibrated": False}`` returns raw û instead of the dev-calibrated score.
 
 Output: a list with one dict per response:
   ``{"id": ..., "spans": [{"start", "end", "u", "u_raw", "p", "nu"}, ...], "u_seq": float}``,
@@ -81,6 +81,7 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
 
         params = params or {}
         threshold = float(params["threshold"]) if params.get("threshold") is not None else None
+        threshold = None if threshold is not None and threshold < 0 else threshold
         calibrated = bool(params.get("calibrated", True))
         rows = _rows(model_input)
         d = int(self.meta["d_model"])

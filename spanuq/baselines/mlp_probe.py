@@ -101,11 +101,13 @@ def train_span_mlp(X_train, y_train, X_dev=None, y_dev=None, seed: int = 0, *,
     if ((y < 0) | (y > 1)).any():
         raise ValueError("soft labels must lie in [0, 1]")
     g = torch.Generator().manual_seed(seed)
+    held_out: list[str] = []
     if (X_dev is None or len(X_dev) == 0) and groups is not None:
         names = np.unique(np.asarray(groups, dtype=str))
         perm = torch.randperm(len(names), generator=g).numpy()
         n_dev = min(max(int(round(dev_fraction * len(names))), 1), len(names) - 1) if len(names) > 1 else 0
-        held = np.isin(np.asarray(groups, dtype=str), names[perm[:n_dev]])
+        held_out = sorted(names[perm[:n_dev]].tolist())
+        held = np.isin(np.asarray(groups, dtype=str), held_out)
         held_t = torch.as_tensor(held, device=device)
         Xd, yd = (X[held_t], y[held_t]) if n_dev else (X, y)
         X, y = (X[~held_t], y[~held_t]) if n_dev else (X, y)
@@ -145,7 +147,7 @@ def train_span_mlp(X_train, y_train, X_dev=None, y_dev=None, seed: int = 0, *,
     model.load_state_dict(best)
     model.eval()
     model.info = {"epochs": epoch + 1, "best_epoch": best_epoch, "dev_loss": best_loss,
-                  "n_train": len(X), "n_dev": len(Xd)}
+                  "n_train": len(X), "n_dev": len(Xd), "held_out_groups": held_out}
     return model
 
 

@@ -458,6 +458,15 @@ def detection_metrics(pred_spans: Sequence, gt_spans: Sequence, iou_threshold: f
     return _counts_detection(np.array(m), np.array(p), np.array(g), ious, bootstrap, seed)
 
 
-# Re-exported for callers of the one-module API (the scoring rules live in scoring.py, the table in table.py).
-from .scoring import evaluate_predictions, matched_pairs, oracle_span_metrics, span_level_metrics  # noqa: E402
-from .table import format_table  # noqa: E402
+_MOVED = {"evaluate_predictions": "scoring", "matched_pairs": "scoring", "oracle_span_metrics": "scoring",
+          "span_level_metrics": "scoring", "all_span_scores": "scoring", "format_table": "table"}
+
+
+def __getattr__(name: str):
+    """The scoring rules live in scoring.py and the table in table.py; they are importable from
+    here too (lazily: scoring.py imports this module)."""
+    if name in _MOVED:
+        from importlib import import_module
+
+        return getattr(import_module(f"{__package__}.{_MOVED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
