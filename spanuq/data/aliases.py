@@ -3,8 +3,7 @@
 A reference cell in a data file lists a prompt's answer first, then its aliases,
 separated by ``|``: ``Danish krone | case:DKK``.  An alias written ``case:Au`` must
 match with its case (the labeller's business; it is listed in ``Prompt.meta
-["case_sensitive"]``).  ``ok:Galileo`` records a hand check that overrides the
-judgement rules below (common-word, first-word, shared) for that one alias.  A labeller accepts an answer span when it matches any
+["case_sensitive"]``).  A labeller accepts an answer span when it matches any
 reference, so one loose alias turns wrong answers into right ones: "krone" names
 two countries, "He" (helium) is the pronoun, "Bell" is a bell, "Leonardo" is also
 DiCaprio.  :func:`check` rejects, with the rule that fired:
@@ -22,9 +21,11 @@ DiCaprio.  :func:`check` rejects, with the rule that fired:
                     reference of another prompt of the same table whose answer
                     differs ("krone" of "Danish krone").
 
-The last three concern aliases of one answer.  In a table of *key facts* (ELI5
-explanations, biographies: every reference is a separate fact a good answer
-mentions, and two people may both be "physicist") only the first three apply.
+The last three are judgements about aliases of one answer: ``ok:Galileo`` records a
+hand check that overrides them for that one alias (the first three always hold).
+In a table of *key facts* (ELI5 explanations, biographies: every reference is a
+separate fact a good answer mentions, and two people may both be "physicist") only
+the first three apply.
 Rules compare case-folded and without accents.  A number ("1945", "1/8",
 "80 km/h", "eight") is exempt from the word rules: numbers are matched by value.
 """
@@ -40,7 +41,6 @@ CASE_PREFIX = "case:"
 CHECKED_PREFIX = "ok:"
 MIN_CHARS = 3
 RULES = ("stop-word", "too-short", "currency-unit", "common-word", "first-word", "shared")
-JUDGEMENT_RULES = ("common-word", "first-word", "shared")  # what ``ok:`` overrides
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ from ..records import Prompt
 from .aliases import Entry, Ref, check, parse_refs
 
 HANDWRITTEN = ("longform_qa", "triviaqa", "eli5", "biography", "felm")
+TABLE_KEYS = {"slots", "meta", "select", "skip_if_asked", "key_facts"}
+SLOT_KEYS = {"domain", "text", "text_if", "references"}
 
 
 def sources_dir() -> Path:
@@ -69,9 +71,14 @@ class Draft:
     key_facts: bool = False
 
 
+def _plain(cell: str) -> str:
+    """A cell as text in a template: a list of references formats as its first one, without flags."""
+    refs = parse_refs(cell) if "|" in cell or cell.startswith(("case:", "ok:")) else []
+    return refs[0].text if refs else cell
+
+
 def _fill(template: str, row: dict[str, str], where: str) -> str:
-    # a cell that lists references formats as its first one, without flags
-    values = {k: (parse_refs(v)[0].text if "|" in v or v.startswith("case:") else v) for k, v in row.items()}
+    values = {k: _plain(v) for k, v in row.items()}
     try:
         return template.format(**values)
     except KeyError as e:
@@ -106,16 +113,36 @@ def table_drafts(name: str, spec: dict[str, Any], folder: Path) -> list[Draft]:
             if row.get(column):
                 text = alternative
         meta = {k: _fill(v, row, where) for k, v in spec.get("meta", {}).items()}
-        refs = parse_refs(row.get(slot["references"], ""))
+        if slot["references"] not in row:
+            raise ValueError(f"{where}: no column {slot['references']!r} for the references")
+        refs = parse_refs(row[slot["references"]])
         out.append(Draft(slot["domain"], _fill(text, row, where), refs, {k: v for k, v in meta.items() if v},
                          where, name, row, _key_facts(spec.get("key_facts", False), row)))
     return out
 
 
+def load_templates(folder: Path) -> dict[str, dict[str, Any]]:
+    """``templates.yaml``, checked: unknown keys and tables without a template are errors."""
+    templates = yaml.safe_load((folder / "templates.yaml").read_text(encoding="utf-8"))
+    for name, spec in templates.items():
+        slots = spec.get("slots")
+        slots = list(slots.values()) if isinstance(slots, dict) else slots
+        if not slots:
+            raise ValueError(f"templates.yaml: {name} has no slots")
+        bad = (set(spec) - TABLE_KEYS) | {k for s in slots for k in s if k not in SLOT_KEYS}
+        missing = {k for s in slots for k in ("domain", "text", "references") if k not in s}
+        if bad or missing:
+            raise ValueError(f"templates.yaml: {name}: unknown keys {sorted(bad)} or missing slot keys {sorted(missing)}")
+    orphans = sorted(p.stem for p in folder.glob("*.tsv") if p.stem not in templates)
+    if orphans:
+        raise ValueError(f"{folder}: tables with no entry in templates.yaml: {', '.join(orphans)}")
+    return templates
+
+
 def drafts(folder: Path | None = None) -> list[Draft]:
     """Every prompt of the set in file order: hand-written tables, then generated ones."""
     folder = folder or sources_dir()
-    templates = yaml.safe_load((folder / "templates.yaml").read_text(encoding="utf-8"))
+    templates = load_templates(folder)
     out: list[Draft] = []
     for name in templates:
         if name in HANDWRITTEN:
@@ -150,10 +177,11 @@ def build(folder: Path | None = None) -> list[Prompt]:
         seen.setdefault(key, d.where)
     entities: dict[str, str] = {}
     for d in ds:
-        if d.domain == "biography":
-            if d.meta["entity"] in entities:
-                problems.append(f"{d.where}: a second biography of {d.meta['entity']} ({entities[d.meta['entity']]})")
-            entities.setdefault(d.meta["entity"], d.where)
+        entity = d.meta.get("entity") if d.domain == "biography" else None
+        if entity in entities:
+            problems.append(f"{d.where}: a second biography of {entity} ({entities[entity]})")
+        if entity:
+            entities[entity] = d.where
     if problems:
         raise ValueError(f"{len(problems)} problem(s) in the bundled prompt tables:\n  " + "\n  ".join(problems))
     out, numbers = [], {}
