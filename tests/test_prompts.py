@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from spanuq.config import load_config
 from spanuq.data import hub
-from spanuq.data.aliases import Entry, check, parse_refs
+from spanuq.data.aliases import Entry, case_sensitive, check, parse_refs
 from spanuq.data.bundled_build import build, sources_dir, write
 from spanuq.data.prompts import (
     BIO_TEMPLATES,
@@ -95,7 +95,8 @@ def test_the_generator_reproduces_the_committed_prompt_file(tmp_path, repo_root)
 def test_references_name_one_answer_and_keep_their_case(bundled):
     by_id = {p.id: p for p in bundled}
     gold = by_id["bundled-triviaqa-0001"]
-    assert gold.references == ["Au"] and json.loads(gold.meta["case_sensitive"]) == ["Au"]
+    assert gold.references == ["Au"] and case_sensitive(gold.meta) == {"Au"}
+    assert case_sensitive(by_id["bundled-longform_qa-0001"].meta) == set()
     assert by_id["bundled-triviaqa-0290"].text == "Which currency is used in Norway?"
     assert by_id["bundled-triviaqa-0290"].references == ["Norwegian krone", "NOK"]
     assert by_id["bundled-triviaqa-0291"].references == ["Danish krone", "DKK"]

@@ -31,6 +31,7 @@ Rules compare case-folded and without accents.  A number ("1945", "1/8",
 """
 from __future__ import annotations
 
+import json
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
@@ -69,6 +70,12 @@ def parse_refs(cell: str) -> list[Ref]:
             continue
         out.append(Ref(text, CASE_PREFIX in flags, CHECKED_PREFIX in flags))
     return out
+
+
+def case_sensitive(meta: dict[str, str]) -> set[str]:
+    """The references of a prompt that match only with their case (``Prompt.meta["case_sensitive"]``)."""
+    raw = meta.get("case_sensitive")
+    return set(json.loads(raw)) if raw else set()
 
 
 def fold(text: str) -> str:
