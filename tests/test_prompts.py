@@ -86,7 +86,8 @@ def test_biographies_follow_factscore(bundled):
 def test_the_generator_reproduces_the_committed_prompt_file(tmp_path, repo_root):
     out = write(build(), tmp_path / "prompts.jsonl")
     assert out.read_bytes() == bundled_path().read_bytes()
-    spec = importlib.util.spec_from_file_location("make_bundled_prompts", repo_root / "scripts" / "make_bundled_prompts.py")
+    path = repo_root / "scripts" / "make_bundled_prompts.py"
+    spec = importlib.util.spec_from_file_location("make_bundled_prompts", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     assert script.main(["--check"]) == 0

@@ -132,7 +132,8 @@ def load_templates(folder: Path) -> dict[str, dict[str, Any]]:
         bad = (set(spec) - TABLE_KEYS) | {k for s in slots for k in s if k not in SLOT_KEYS}
         missing = {k for s in slots for k in ("domain", "text", "references") if k not in s}
         if bad or missing:
-            raise ValueError(f"templates.yaml: {name}: unknown keys {sorted(bad)} or missing slot keys {sorted(missing)}")
+            raise ValueError(f"templates.yaml: {name}: unknown keys {sorted(bad)}, "
+                             f"missing slot keys {sorted(missing)}")
     orphans = sorted(p.stem for p in folder.glob("*.tsv") if p.stem not in templates)
     if orphans:
         raise ValueError(f"{folder}: tables with no entry in templates.yaml: {', '.join(orphans)}")
