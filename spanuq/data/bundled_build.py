@@ -25,8 +25,7 @@ from ..io import write_jsonl
 from ..records import Prompt
 from .aliases import Entry, Ref, check, parse_refs
 
-HANDWRITTEN = ("longform_qa", "triviaqa", "eli5", "biography", "felm")
-TABLE_KEYS = {"slots", "meta", "select", "skip_if_asked", "key_facts"}
+TABLE_KEYS = {"handwritten", "slots", "meta", "select", "skip_if_asked", "key_facts"}
 SLOT_KEYS = {"domain", "text", "text_if", "references"}
 
 
@@ -145,13 +144,13 @@ def drafts(folder: Path | None = None) -> list[Draft]:
     folder = folder or sources_dir()
     templates = load_templates(folder)
     out: list[Draft] = []
-    for name in templates:
-        if name in HANDWRITTEN:
-            out.extend(table_drafts(name, templates[name], folder))
+    for name, spec in templates.items():
+        if spec.get("handwritten"):
+            out.extend(table_drafts(name, spec, folder))
     asked = [d.text for d in out]
     seen = {t.lower() for t in asked}
     for name, spec in templates.items():
-        if name in HANDWRITTEN:
+        if spec.get("handwritten"):
             continue
         pattern = spec.get("skip_if_asked")
         for d in table_drafts(name, spec, folder):
