@@ -19,7 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from spanuq.data.bundled_build import build, output_path, write  # noqa: E402
+from spanuq.data.bundled_build import build, write  # noqa: E402
+from spanuq.data.prompts import bundled_path  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return 1
-    out = output_path()
+    out = bundled_path()
     if args.check:
         with tempfile.TemporaryDirectory() as tmp:
             fresh = write(prompts, Path(tmp) / "prompts.jsonl").read_bytes()

@@ -24,6 +24,7 @@ import yaml
 from ..io import write_jsonl
 from ..records import Prompt
 from .aliases import Entry, Ref, check, parse_refs
+from .prompts import bundled_path
 
 TABLE_KEYS = {"handwritten", "slots", "meta", "select", "skip_if_asked", "key_facts"}
 SLOT_KEYS = {"domain", "text", "text_if", "references"}
@@ -31,10 +32,6 @@ SLOT_KEYS = {"domain", "text", "text_if", "references"}
 
 def sources_dir() -> Path:
     return Path(str(resources.files("spanuq.data") / "bundled" / "sources"))
-
-
-def output_path() -> Path:
-    return Path(str(resources.files("spanuq.data") / "bundled" / "prompts.jsonl"))
 
 
 def read_table(path: Path) -> list[tuple[int, dict[str, str]]]:
@@ -197,6 +194,6 @@ def build(folder: Path | None = None) -> list[Prompt]:
 
 
 def write(prompts: list[Prompt], path: Path | None = None) -> Path:
-    path = path or output_path()
+    path = path or bundled_path()
     write_jsonl(path, prompts)
     return path
