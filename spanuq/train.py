@@ -222,6 +222,7 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
                   "mlflow_run_id": run.info.run_id}
         save_checkpoint(model, cfg.probe, train[0].h.shape[1], paths.probe,
                         extra={"backbone": cfg.backbone.name, "layers": fused_layers(cfg),
+                               "system_prompt": cfg.backbone.system_prompt,
                                "best_epoch": info["best_epoch"], "dev_auroc": dev_auroc,
                                "temperature": calib["temperature"],
                                "validity_threshold": calib["validity_threshold"]})
