@@ -9,7 +9,8 @@ the joint phase, where û is trained), seeded and deterministic on CPU.
 After training, two things are fitted on dev and stored with the checkpoint
 (`calibrate_on_dev`): the validity threshold of kept spans (best detection F1)
 and a temperature T for û (σ(logit(û)/T), minimising the soft-label NLL of every
-labelled dev span), which every prediction then applies by default.  The best
+labelled dev span, kept only if it also lowers the NLL of held-out dev answers in
+a cross-validation), which every prediction then applies by default.  The best
 epoch is saved as a safetensors checkpoint + JSON config, logged to MLflow and
 registered as ``spanuq-<backbone>``; the ``champion`` alias moves only if the
 same all-span dev AUROC improves.
@@ -78,10 +79,45 @@ def evaluate_model(model, examples: list[ResponseExample], cfg: Config, device, 
     return evaluate_predictions(preds, examples, cfg.evaluate, bootstrap=bootstrap)
 
 
+def cross_validated_temperature(u_true: list[np.ndarray], u_raw: list[np.ndarray], folds: int = 5,
+                                seed: int = 0) -> tuple[float, dict]:
+    """The temperature of û fitted on every dev span — used only if it helps held-out answers.
+
+    Dev splits are small (15 answers at the CPU default), and a temperature fitted on
+    them can make test calibration worse.  So the answers are split into ``folds``
+    folds; T is fitted on the others and the soft-label NLL of each held-out fold is
+    compared with T = 1.  T is kept only when the held-out NLL improves; else 1.
+    """
+    from .evaluate.ece import apply_temperature, soft_bce
+
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
+    y, s = cat(u_true), cat(u_raw)
+    if len(y) < 2 or np.ptp(s) == 0 or len(u_true) < 2:
+        return 1.0, {"used": False, "reason": "too little dev data"}
+    logit = lambda u: np.log(np.clip(u, 1e-6, 1 - 1e-6) / (1 - np.clip(u, 1e-6, 1 - 1e-6)))  # noqa: E731
+    order = np.random.default_rng(seed).permutation(len(u_true))
+    nll_fit, nll_one = [], []
+    for k in range(min(folds, len(u_true))):
+        held = set(order[k::folds].tolist())
+        yi, si = cat([u_true[i] for i in held]), cat([u_raw[i] for i in held])
+        yo, so = cat([u_true[i] for i in range(len(u_true)) if i not in held]), cat(
+            [u_raw[i] for i in range(len(u_true)) if i not in held])
+        if not len(yi) or len(yo) < 2 or np.ptp(so) == 0:
+            continue
+        tk = fit_temperature(yo, so)
+        nll_fit.append(soft_bce(yi, logit(apply_temperature(si, tk))) * len(yi))
+        nll_one.append(soft_bce(yi, logit(si)) * len(yi))
+    full = float(fit_temperature(y, s))
+    used = bool(nll_fit) and sum(nll_fit) < sum(nll_one)
+    cv = {"used": used, "fitted": full, "held_out_nll": float(sum(nll_fit) / len(y)) if nll_fit else None,
+          "held_out_nll_t1": float(sum(nll_one) / len(y)) if nll_one else None}
+    return (full if used else 1.0), cv
+
+
 def calibrate_on_dev(model, dev: list[ResponseExample], cfg: Config, device, tokenizer=None) -> dict:
     """Choose the validity threshold (best dev detection F1 over ``evaluate.threshold_grid``;
     ties go to the threshold nearest 0.5) and fit the temperature of û on every labelled dev
-    span; both are set on ``model`` and returned for the checkpoint."""
+    span (`cross_validated_temperature`); both are set on ``model`` and returned for the checkpoint."""
     from .evaluate.metrics import detection_metrics
 
     ec = cfg.evaluate
@@ -100,10 +136,9 @@ def calibrate_on_dev(model, dev: list[ResponseExample], cfg: Config, device, tok
     for p in preds:
         p["keep"] = select_spans(p["spans"], p["validity"], thr, ec.dup_iou)
     raw, _ = all_span_scores(preds, dev, iou_threshold=ec.iou_threshold, key="u_raw")
-    y, s = np.concatenate([e.u.numpy() for e in dev]), np.concatenate(raw)
-    temperature = float(fit_temperature(y, s)) if len(y) >= 2 and np.ptp(s) > 0 else 1.0
+    temperature, cv = cross_validated_temperature([e.u.numpy() for e in dev], raw)
     model.temperature = temperature
-    return {"temperature": temperature, "validity_threshold": float(thr),
+    return {"temperature": temperature, "temperature_cv": cv, "validity_threshold": float(thr),
             "dev_f1_by_threshold": {f"{t:g}": f for t, f in f1s.items()}}
 
 

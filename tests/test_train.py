@@ -84,3 +84,18 @@ def test_threshold_and_temperature_are_fitted_on_dev_stored_and_applied_by_defau
     assert set(p["keep"]) <= set(np.flatnonzero(p["validity"] >= calib["validity_threshold"]))
     raw_p = predict_examples(loaded, dev[:2], device="cpu", calibrated=False)[0]
     assert np.array_equal(raw_p["u"], p["u_raw"])
+
+
+def test_a_temperature_is_kept_only_when_it_helps_held_out_dev_answers():
+    from scipy.special import expit, logit
+
+    from spanuq.train import cross_validated_temperature
+
+    rng = np.random.default_rng(0)
+    p = [rng.uniform(0.05, 0.95, 6) for _ in range(40)]  # 40 answers of 6 spans
+    y = [(rng.random(6) < pi).astype(float) for pi in p]
+    over = [expit(3.0 * logit(pi)) for pi in p]  # overconfident: T ≈ 3 repairs it
+    t, cv = cross_validated_temperature(y, over)
+    assert cv["used"] and 2.0 < t < 4.5 and cv["held_out_nll"] < cv["held_out_nll_t1"]
+    t, cv = cross_validated_temperature(y, p)  # already calibrated: a fitted T only adds noise
+    assert t == 1.0 and not cv["used"] and 0.7 < cv["fitted"] < 1.4
