@@ -20,6 +20,7 @@ import json
 import logging
 import queue
 import threading
+from contextlib import asynccontextmanager
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -134,17 +135,20 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
     """The FastAPI app around a loaded `SpanUQ`; the worker starts with it and stops on shutdown."""
     scfg = scfg or uq.cfg.score
     worker = ScoringWorker(uq, scfg.micro_batch, scfg.max_queue)
-    app = FastAPI(title="SpanUQ", version="1", description="Which parts of an LLM's answer are likely wrong: "
-                  "spans with calibrated uncertainty û from one forward pass of the frozen backbone.")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        worker.close()
+
+    app = FastAPI(title="SpanUQ", version="1", lifespan=lifespan,
+                  description="Which parts of an LLM's answer are likely wrong: spans with calibrated "
+                              "uncertainty û from one forward pass of the frozen backbone.")
     app.state.worker = worker
 
     @app.exception_handler(HTTPError)
     async def _http_error(request: Request, e: HTTPError):
         return JSONResponse({"detail": e.message}, status_code=e.status)
-
-    @app.on_event("shutdown")
-    def _stop() -> None:
-        worker.close()
 
     async def _score(reqs: list[ScoreRequest]) -> list:
         return await asyncio.wrap_future(worker.submit(reqs))
