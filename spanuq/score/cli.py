@@ -46,7 +46,11 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args, cfg):
+    from transformers.utils import logging as hf_logging
+
     from .scorer import SpanUQ
+
+    hf_logging.disable_progress_bar()  # "Loading weights" on every call is noise in a command's output
 
     return SpanUQ.load(args.model, cfg=cfg, generator=args.generator, threshold=args.threshold)
 
