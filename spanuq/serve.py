@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from .config import ScoreConfig
 from .score.schema import BatchRequest, BatchResponse, ItemError, ScoreRequest, ScoreResult
-from .score.scorer import InputError, SpanUQ
+from .score.scorer import GenerationError, InputError, SpanUQ
 
 log = logging.getLogger(__name__)
 WEB = Path(__file__).with_name("web")
@@ -122,7 +122,7 @@ def _validate(model, data):
 
 
 def _error(e: BaseException) -> tuple[int, str]:
-    if isinstance(e, InputError):
+    if isinstance(e, (InputError, GenerationError)):
         return e.status, str(e)
     return 500, f"internal error: {type(e).__name__}: {e}"
 

@@ -5,7 +5,7 @@ Names are imported on first use, so `spanuq --help` and the light stages do not 
 """
 from importlib import import_module
 
-_NAMES = {"SpanUQ": "scorer", "InputError": "scorer", "ScoreResult": "schema", "ScoredSpan": "schema",
+_NAMES = {"SpanUQ": "scorer", "InputError": "scorer", "GenerationError": "scorer", "ScoreResult": "schema", "ScoredSpan": "schema",
           "ScoreRequest": "schema", "Timings": "schema"}
 __all__ = sorted(_NAMES)
 

@@ -36,6 +36,7 @@ from .schema import ScoredSpan, ScoreRequest, ScoreResult, Timings
 from .states import generate_with_states, teacher_forced_items
 
 log = logging.getLogger(__name__)
+LLAMACPP_CTX = 4096  # the managed llama.cpp server's context (prompt + generated tokens)
 
 
 class InputError(ValueError):
@@ -44,6 +45,12 @@ class InputError(ValueError):
     def __init__(self, message: str, status: int = 422):
         super().__init__(message)
         self.status = status
+
+
+class GenerationError(RuntimeError):
+    """The backbone could not answer (e.g. its llama.cpp server failed); nothing is cached, retry later."""
+
+    status = 503
 
 
 def select_spans(pred: dict, threshold: float, dup_iou: float) -> list[int]:
@@ -181,18 +188,24 @@ class SpanUQ:
     def _generate_llamacpp(self, chat: str) -> tuple[str, bool]:
         from ..generate.server import ServerGenerator
 
-        if self._server is None:
-            from ..backbones import get_preset
-            from ..llamacpp import LlamaCppServer
-            from ..llm import gguf_path
+        if self._server is not None and (self._server.proc is None or self._server.proc.poll() is not None):
+            log.warning("the llama.cpp server stopped; starting a new one")
+            self.close()
+        try:
+            if self._server is None:
+                from ..backbones import get_preset
+                from ..llamacpp import LlamaCppServer
+                from ..llm import gguf_path
 
-            self._server = LlamaCppServer(gguf_path(get_preset(self.backbone_name)), n_ctx=4096,
-                                          n_threads=self.cfg.score.server_threads).start()
-            g = self.cfg.generate.model_copy(update={"backend": "server", "server_url": self._server.base_url,
-                                                     "max_new_tokens": self.cfg.score.max_new_tokens,
-                                                     "api_key_env": None, "server_model": None})
-            self._client = ServerGenerator(self.cfg.model_copy(update={"generate": g}))
-        c = self._client.greedy([chat])[0]
+                self._server = LlamaCppServer(gguf_path(get_preset(self.backbone_name)), n_ctx=LLAMACPP_CTX,
+                                              n_threads=self.cfg.score.server_threads).start()
+                g = self.cfg.generate.model_copy(update={"backend": "server", "server_url": self._server.base_url,
+                                                         "max_new_tokens": self.cfg.score.max_new_tokens,
+                                                         "api_key_env": None, "server_model": None})
+                self._client = ServerGenerator(self.cfg.model_copy(update={"generate": g}))
+            c = self._client.greedy([chat])[0]
+        except Exception as e:  # noqa: BLE001 - this item fails, the others are scored
+            raise GenerationError(f"generation failed: {type(e).__name__}: {e}") from e
         return c.text, c.finish_reason == "length"
 
     # ---------------------------------------------------------------- scoring
@@ -204,11 +217,12 @@ class SpanUQ:
         return out
 
     def score_many(self, items: Iterable[ScoreRequest | dict | str], progress: bool = True,
-                   return_errors: bool = False) -> list[ScoreResult | InputError]:
+                   return_errors: bool = False) -> list[ScoreResult | InputError | GenerationError]:
         """Score several items (prompt strings, ``{"prompt", "response"?}`` dicts or `ScoreRequest`s):
         answers are generated one by one, teacher-forced passes run in batches of
         ``score.batch_size``, the probe over all at once.  With ``return_errors`` an item
-        that cannot be scored gives its `InputError` in its place; otherwise the first raises.
+        that cannot be scored gives its `InputError` (or `GenerationError`) in its place;
+        otherwise the first raises.
         A batch's pass time is shared evenly by its items in their timings."""
         reqs = [ScoreRequest(prompt=x) if isinstance(x, str) else ScoreRequest.model_validate(x) for x in items]
         n = len(reqs)
@@ -225,6 +239,9 @@ class SpanUQ:
                       "source": "given", "generator": None}
                 if r.response is None:
                     self._check_context(n_prompt, self.cfg.score.max_new_tokens, "generation")
+                    if self.generator == "llamacpp" and n_prompt + self.cfg.score.max_new_tokens > LLAMACPP_CTX:
+                        raise InputError(f"the prompt has {n_prompt:,} tokens; with {self.cfg.score.max_new_tokens} "
+                                         f"new tokens that exceeds the llama.cpp context of {LLAMACPP_CTX:,}")
                     t0 = time.perf_counter()
                     if self.generator == "hf":
                         g = generate_with_states(self.model, self.tok, chat, self.layers,
@@ -241,7 +258,7 @@ class SpanUQ:
                 self._check_context(n_prompt, len(ids), "the response")
                 st.update(answer=answer, ids=ids, offsets=offsets)
                 state[i] = st
-            except InputError as e:
+            except (InputError, GenerationError) as e:
                 results[i] = e
                 bar.update(1)
         todo = sorted((i for i in state if state[i]["item"] is None), key=lambda i: len(state[i]["ids"]))
