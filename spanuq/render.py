@@ -107,7 +107,13 @@ def terminal_view(result, colour_on: bool = True) -> str:
         bar = "".join(f"\x1b[48;2;{';'.join(map(str, colour(k / 19)))}m \x1b[0m" for k in range(20))
         legend = f"0 {bar} 1   {LEGEND}"
     else:
-        body = "".join(f"[{chunk}]" if s is not None else chunk for chunk, s in _runs(result.answer, spans))
+        marked: list[tuple[str, bool]] = []  # adjacent covered runs (overlapping spans) share one bracket
+        for chunk, s in _runs(result.answer, spans):
+            if marked and marked[-1][1] == (s is not None):
+                marked[-1] = (marked[-1][0] + chunk, marked[-1][1])
+            else:
+                marked.append((chunk, s is not None))
+        body = "".join(f"[{chunk}]" if covered else chunk for chunk, covered in marked)
         legend = LEGEND
     lines = [body, "", legend, f"answer score û_seq = {result.u_seq:.2f}   "
              f"{len(spans)} span{'s' * (len(spans) != 1)}   {result.n_tokens} tokens"
