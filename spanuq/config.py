@@ -125,7 +125,11 @@ class GenerateConfig(_Section):
 
     backend: Literal["hf", "server", "vllm"] = "hf"
     n_samples: int = 5
-    max_new_tokens: int = 64
+    max_new_tokens: int = 64  # the greedy answer's budget: large enough that answers end on their own
+    # the samples' budget (None: max_new_tokens).  A sample cut off by it abstains on the claims it
+    # never reached (label stage), so a smaller budget costs votes on late claims, never wrong labels.
+    sample_max_new_tokens: int | None = None
+    stop: list[str] = Field(default_factory=list)  # stop strings, e.g. ["\n\n"]: one paragraph per answer
     temperature: float = 1.0
     top_p: float = 0.95
     seed: int = 0
@@ -150,7 +154,8 @@ class JudgeConfig(_Section):
     model: str = "judge"
     api_key_env: str | None = None  # e.g. OPENAI_API_KEY; the key is read from the env only
     temperature: float = 0.0
-    max_tokens: int = 512
+    max_tokens: int = 1024
+    max_tokens_cap: int = 4096  # a reply cut off at max_tokens is asked again with 2x, up to this
     timeout_s: float = 60.0
     max_retries: int = 4
     max_format_retries: int = 2
@@ -256,14 +261,19 @@ class TrainConfig(_Section):
 class EvaluateConfig(_Section):
     """Metrics (paper §4.2)."""
 
+    # validity threshold for kept spans when a checkpoint carries none (train chooses one on dev for F1)
     validity_threshold: float = 0.5
+    threshold_grid: list[float] = Field(default_factory=lambda: [round(0.05 * k, 2) for k in range(2, 19)])
+    dup_iou: float = 0.5  # a kept span overlapping a higher-validity kept span above this IoU is a duplicate
     positive_threshold: float = 0.5  # span AUROC: u* >= 0.5 is positive
+    pair_gap: float = 0.3  # within-answer pair accuracy: pairs of one answer with |Δu*| >= pair_gap
     seq_positive_threshold: float = 0.3  # sequence AUROC@0.3
     iou_threshold: float = 0.3
     ece_bins: int = 10
     bootstrap: int = 1000  # cluster-bootstrap resamples (over responses) for the 95% CIs
     seed: int = 0
-    baselines: list[str] = Field(default_factory=lambda: ["token_entropy", "mlp_probe"])  # rows beside SpanUQ
+    # rows beside SpanUQ; surface_prior is the floor any reader of the answer must clear
+    baselines: list[str] = Field(default_factory=lambda: ["surface_prior", "token_entropy", "mlp_probe"])
     n_examples: int = 2  # test answers drawn with their scored spans (plots/eval/examples.png)
 
 

@@ -12,11 +12,13 @@ Input (one row per response):
     and optionally ``entropy`` (T floats) and ``id``;
   * or a dict ``{"h": ..., "entropy": ...}`` for one response (or columns of lists for many);
   * or a list of such dicts.
-``params={"threshold": 0.5}`` sets the validity threshold for kept spans.
+``params={"threshold": 0.5}`` overrides the validity threshold stored with the probe (chosen on
+dev; a negative value, the default, keeps it); ``params={"calibrated": False}`` returns raw û instead of the dev-calibrated score.
 
 Output: a list with one dict per response:
-  ``{"id": ..., "spans": [{"start", "end", "u", "p", "nu"}, ...], "u_seq": float}``,
-  spans as inclusive token indices into the response, ``u`` = û (probability the claim is wrong).
+  ``{"id": ..., "spans": [{"start", "end", "u", "u_raw", "p", "nu"}, ...], "u_seq": float}``,
+  spans as inclusive token indices into the response, ``u`` = calibrated û (probability the
+  claim is wrong), kept and de-duplicated by `spanuq.evaluate.predict` (the one inference path).
 """
 from __future__ import annotations
 
@@ -25,9 +27,6 @@ from typing import Any
 
 import mlflow
 import numpy as np
-
-DEFAULT_THRESHOLD = 0.5
-
 
 def _rows(model_input: Any) -> list[dict]:
     """Normalise the accepted input shapes to a list of {"h", "entropy"?, "id"?} dicts."""
@@ -80,7 +79,10 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
     def predict(self, context, model_input, params=None):
         import torch
 
-        threshold = float((params or {}).get("threshold", DEFAULT_THRESHOLD))
+        params = params or {}
+        threshold = float(params["threshold"]) if params.get("threshold") is not None else None
+        threshold = None if threshold is not None and threshold < 0 else threshold
+        calibrated = bool(params.get("calibrated", True))
         rows = _rows(model_input)
         d = int(self.meta["d_model"])
         hs, ents = [], []
@@ -96,26 +98,24 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
             if e is not None and e.shape[0] != h.shape[0]:
                 raise ValueError(f"row {i}: entropy has {e.shape[0]} values for T={h.shape[0]} tokens")
             ents.append(e)
+        from spanuq.evaluate.predict import predict_examples
+        from spanuq.features.dataset import ResponseExample
+
+        examples = [ResponseExample(prompt_id=str(r.get("id", i)), domain="custom", split="test",
+                                    h=torch.from_numpy(h), entropy=torch.from_numpy(e) if e is not None else
+                                    torch.zeros(h.shape[0]), token_ids=[], spans=torch.zeros(0, 2, dtype=torch.long),
+                                    u=torch.zeros(0))
+                    for i, (r, h, e) in enumerate(zip(rows, hs, ents))]
+        preds = predict_examples(self.model, examples, batch_size=16, device="cpu", calibrated=calibrated,
+                                 threshold=threshold)
         out: list[dict] = []
-        if not rows:
-            return out
-        B, T = len(hs), max(h.shape[0] for h in hs)
-        h_b = torch.zeros(B, T, d)
-        e_b = torch.zeros(B, T)
-        mask = torch.zeros(B, T, dtype=torch.bool)
-        for i, (h, e) in enumerate(zip(hs, ents)):
-            h_b[i, : h.shape[0]] = torch.from_numpy(h)
-            if e is not None:
-                e_b[i, : h.shape[0]] = torch.from_numpy(e)
-            mask[i, : h.shape[0]] = True
-        lengths = mask.sum(1)
-        use_ent = self.model.cfg.use_entropy
-        preds = self.model.predict(h_b, e_b if use_ent else None, mask, lengths, threshold=threshold)
-        for i, p in enumerate(preds):
-            item = {"spans": [{"start": s.start, "end": s.end, "u": s.u, "p": s.p, "nu": s.nu} for s in p.spans],
-                    "u_seq": p.u_seq}
-            if "id" in rows[i]:
-                item = {"id": rows[i]["id"], **item}
+        for r, p in zip(rows, preds):
+            spans = sorted(({"start": int(p["spans"][k, 0]), "end": int(p["spans"][k, 1]), "u": float(p["u"][k]),
+                             "u_raw": float(p["u_raw"][k]), "p": float(p["validity"][k]), "nu": float(p["nu"][k])}
+                            for k in p["keep"]), key=lambda s: (s["start"], s["end"]))
+            item = {"spans": spans, "u_seq": p["u_seq"]}
+            if "id" in r:
+                item = {"id": r["id"], **item}
             out.append(item)
         return out
 

@@ -25,7 +25,15 @@ class EndpointUnreachable(RuntimeError):
 
 
 class EndpointError(RuntimeError):
-    """The server answered with a non-retryable error, or retries ran out."""
+    """The server answered with a non-retryable error, or retries ran out.
+
+    ``transient`` is True when the same request may well succeed later (timeouts,
+    429 / 5xx or a reply that is not JSON, after every retry): such a failure must
+    never be cached as a result."""
+
+    def __init__(self, message: str, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
 
 
 @dataclass
@@ -111,8 +119,15 @@ class OpenAIClient:
             if r.status_code >= 400:
                 self.stats.failures += 1
                 raise EndpointError(f"{url} answered HTTP {r.status_code}: {r.text[:300]}")
-            data = r.json()
+            try:
+                data = r.json()
+            except ValueError:  # a proxy's HTML error page, a cut-off body: try again
+                last = f"HTTP {r.status_code} with a body that is not JSON ({r.text[:80]!r})"
+                continue
+            if not isinstance(data, dict):
+                last = f"HTTP {r.status_code} with JSON that is not an object"
+                continue
             self.stats.add_usage(data.get("usage"))
             return data
         self.stats.failures += 1
-        raise EndpointError(f"{url}: gave up after {self.max_retries + 1} attempts (last: {last})")
+        raise EndpointError(f"{url}: gave up after {self.max_retries + 1} attempts (last: {last})", transient=True)

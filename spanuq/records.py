@@ -116,3 +116,4 @@ class LabeledResponse(_Record):
     u_seq: float | None  # mean of span labels; None when the answer has no claims
     status: Literal["ok", "empty", "no_claims", "error"] = "ok"
     error: str | None = None
+    unplaced: int = 0  # claims of this answer that could not be placed on its tokens

@@ -164,6 +164,18 @@ def promote_if_better(client, name: str, version: str, dev_auroc: float | None) 
     return True
 
 
+def _signature():
+    """Only the predict-time params are declared (the input is a T×d matrix per response, see
+    mlflow_model.py); without a declared params schema MLflow drops them."""
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types.schema import ParamSchema, ParamSpec
+
+    return ModelSignature(params=ParamSchema([
+        ParamSpec("threshold", "double", -1.0),  # < 0: the validity threshold stored with the probe
+        ParamSpec("calibrated", "boolean", True),
+    ]))
+
+
 def log_probe(probe_dir: str | Path, cfg: Config, dev_auroc: float | None) -> dict[str, Any]:
     """Log + register the probe in the active run; returns what the train report records."""
     import mlflow
@@ -176,6 +188,7 @@ def log_probe(probe_dir: str | Path, cfg: Config, dev_auroc: float | None) -> di
             name="probe",
             python_model=str(code),
             artifacts={"checkpoint": str(Path(probe_dir))},
+            signature=_signature(),
             pip_requirements=["spanuq", "torch", "safetensors", "numpy", "pandas"],
         )
     name = registered_name(cfg)

@@ -2,10 +2,17 @@
 
 Warm-up epochs train span detection only (L_reg + L_val); joint epochs add the
 MoB NLL, ranking, consistency and UCIR terms.  AdamW + cosine annealing, early
-stopping on dev span AUROC (patience counted in the joint phase, where û is
-trained), seeded and deterministic on CPU.  The best epoch is saved as a
-safetensors checkpoint + JSON config, logged to MLflow and registered as
-``spanuq-<backbone>``; the ``champion`` alias moves only if dev AUROC improves.
+stopping on the dev span AUROC over *every* labelled span (`evaluate.scoring`:
+a probe cannot look better by finding fewer, easier spans; patience counted in
+the joint phase, where û is trained), seeded and deterministic on CPU.
+
+After training, two things are fitted on dev and stored with the checkpoint
+(`calibrate_on_dev`): the validity threshold of kept spans (best detection F1)
+and a temperature T for û (σ(logit(û)/T), minimising the soft-label NLL of every
+labelled dev span), which every prediction then applies by default.  The best
+epoch is saved as a safetensors checkpoint + JSON config, logged to MLflow and
+registered as ``spanuq-<backbone>``; the ``champion`` alias moves only if the
+same all-span dev AUROC improves.
 """
 from __future__ import annotations
 
@@ -22,8 +29,9 @@ import torch
 from tqdm.auto import tqdm
 
 from .config import Config
-from .evaluate.metrics import evaluate_predictions
-from .evaluate.predict import predict_examples
+from .evaluate.ece import fit_temperature
+from .evaluate.predict import predict_examples, select_spans
+from .evaluate.scoring import all_span_scores, evaluate_predictions
 from .features.dataset import ResponseExample, collate, load_examples
 from .features.extract import fused_layers
 from .io import write_json
@@ -62,9 +70,41 @@ def dev_score(metrics: dict, select: str = "auroc") -> float:
     return score
 
 
-def evaluate_model(model, examples: list[ResponseExample], cfg: Config, device, bootstrap: int = 0) -> dict:
-    preds = predict_examples(model, examples, cfg.train.batch_size, device)
+def evaluate_model(model, examples: list[ResponseExample], cfg: Config, device, bootstrap: int = 0,
+                   tokenizer=None) -> dict:
+    """Metrics of the model's default predictions (its stored threshold and temperature)."""
+    preds = predict_examples(model, examples, cfg.train.batch_size, device, tokenizer=tokenizer,
+                             dup_iou=cfg.evaluate.dup_iou)
     return evaluate_predictions(preds, examples, cfg.evaluate, bootstrap=bootstrap)
+
+
+def calibrate_on_dev(model, dev: list[ResponseExample], cfg: Config, device, tokenizer=None) -> dict:
+    """Choose the validity threshold (best dev detection F1 over ``evaluate.threshold_grid``;
+    ties go to the threshold nearest 0.5) and fit the temperature of û on every labelled dev
+    span; both are set on ``model`` and returned for the checkpoint."""
+    from .evaluate.metrics import detection_metrics
+
+    ec = cfg.evaluate
+    model.temperature, model.validity_threshold = 1.0, ec.validity_threshold
+    if not dev:
+        return {"temperature": 1.0, "validity_threshold": ec.validity_threshold}
+    preds = predict_examples(model, dev, cfg.train.batch_size, device, tokenizer=tokenizer, dup_iou=ec.dup_iou)
+    gt = [e.spans.numpy() for e in dev]
+    f1s = {}
+    for thr in ec.threshold_grid:
+        shown = [p["spans"][select_spans(p["spans"], p["validity"], thr, ec.dup_iou)] for p in preds]
+        f1s[thr] = _value(detection_metrics(shown, gt, ec.iou_threshold)["f1"])
+    scored = {t: f for t, f in f1s.items() if f is not None}
+    thr = max(scored, key=lambda t: (scored[t], -abs(t - 0.5))) if scored else ec.validity_threshold
+    model.validity_threshold = float(thr)
+    for p in preds:
+        p["keep"] = select_spans(p["spans"], p["validity"], thr, ec.dup_iou)
+    raw, _ = all_span_scores(preds, dev, iou_threshold=ec.iou_threshold, key="u_raw")
+    y, s = np.concatenate([e.u.numpy() for e in dev]), np.concatenate(raw)
+    temperature = float(fit_temperature(y, s)) if len(y) >= 2 and np.ptp(s) > 0 else 1.0
+    model.temperature = temperature
+    return {"temperature": temperature, "validity_threshold": float(thr),
+            "dev_f1_by_threshold": {f"{t:g}": f for t, f in f1s.items()}}
 
 
 def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExample],
@@ -114,6 +154,7 @@ def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExa
                 "dev_mae": _value(dev_metrics["span"].get("mae")),
                 "dev_spearman": _value(dev_metrics["span"].get("spearman")),
                 "dev_f1": _value(dev_metrics["detection"].get("f1")),
+                "dev_coverage": _value(dev_metrics["coverage"]),
             })
         history.append(row)
         if on_epoch:
@@ -145,9 +186,15 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: labels + features → probe checkpoint, report, MLflow run."""
     from . import tracking
 
+    from .llm import load_tokenizer
+
     paths = StagePaths.from_config(cfg)
-    train = load_examples(paths.features, paths.labels, ("train",), include_unlabeled=True)
+    # answers whose claims could not all be placed on tokens are left out of training:
+    # their missing spans would teach "no claim here"
+    train_all = load_examples(paths.features, paths.labels, ("train",))
+    train = [e for e in train_all if not e.meta.get("unplaced")]
     dev = load_examples(paths.features, paths.labels, ("dev",))
+    tokenizer = load_tokenizer(cfg)
     if not train:
         raise ValueError(f"no training examples in {paths.labels}; check the label stage's report")
     if cfg.train.num_threads is None:
@@ -159,18 +206,25 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
                                   on_epoch=lambda e, row: tracking.log_metrics(
                                       {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "epoch"}, step=e))
         seconds = time.perf_counter() - t0
-        dev_metrics = evaluate_model(model, dev, cfg, resolve_device(cfg.train.device)) if dev else None
+        device = resolve_device(cfg.train.device)
+        calib = calibrate_on_dev(model, dev, cfg, device, tokenizer)
+        dev_metrics = evaluate_model(model, dev, cfg, device, tokenizer=tokenizer) if dev else None
         dev_auroc = _value(dev_metrics["span"].get("auroc")) if dev_metrics else None
         report = {"backbone": cfg.backbone.name, "n_train": len(train), "n_dev": len(dev),
+                  "train_dropped_unplaced": len(train_all) - len(train), **calib,
                   "train_spans": int(sum(len(e.u) for e in train)), "seconds": round(seconds, 1),
                   "best_epoch": info["best_epoch"], "epochs_run": info["epochs_run"],
                   "n_parameters": info["n_parameters"], "dev_auroc": dev_auroc,
                   "dev_mae": _value(dev_metrics["span"].get("mae")) if dev_metrics else None,
                   "dev_f1": _value(dev_metrics["detection"].get("f1")) if dev_metrics else None,
+                  "dev_coverage": _value(dev_metrics["coverage"]) if dev_metrics else None,
+                  "dev_pair_accuracy": _value(dev_metrics["span"].get("pair_accuracy")) if dev_metrics else None,
                   "mlflow_run_id": run.info.run_id}
         save_checkpoint(model, cfg.probe, train[0].h.shape[1], paths.probe,
                         extra={"backbone": cfg.backbone.name, "layers": fused_layers(cfg),
-                               "best_epoch": info["best_epoch"], "dev_auroc": dev_auroc})
+                               "best_epoch": info["best_epoch"], "dev_auroc": dev_auroc,
+                               "temperature": calib["temperature"],
+                               "validity_threshold": calib["validity_threshold"]})
         write_json(paths.probe / "history.json", info["history"])
         tracking.log_metrics({"best_dev_auroc": dev_auroc} if dev_auroc is not None else {})
         if cfg.mlflow.register_model:

@@ -4,7 +4,11 @@ LLM won't produce on demand: garbage JSON, 429 rate limits, 5xx, slow answers, o
 Its answers come from a rule-based "judge": decomposition returns every capitalised
 word or number of the answer as a claim; verification says "supported" when the claim
 mentions a word of `truths`.  `script` (a list) overrides the next answers in order:
-an int is an HTTP status, a float is a delay in seconds, a str is the raw content.
+an int is an HTTP status, a float is a delay in seconds, a str is the raw content,
+bytes are a raw HTTP 200 body (not JSON: a proxy's error page).  `down` (an HTTP
+status) answers every request with it; a decomposition asked with fewer than
+`min_tokens` tokens, or of an answer longer than `truncate_over` characters, is
+cut off (finish_reason "length").
 """
 from __future__ import annotations
 
@@ -19,6 +23,9 @@ class ScriptedJudge:
     def __init__(self, truths: tuple[str, ...] = ("Canberra", "Paris", "1945")):
         self.truths = truths
         self.script: list = []
+        self.down: int | None = None
+        self.min_tokens = 0
+        self.truncate_over: int | None = None
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -73,15 +80,31 @@ class ScriptedJudge:
                 with judge.lock:
                     judge.requests.append({"payload": payload, "auth": self.headers.get("Authorization")})
                     step = judge.script.pop(0) if judge.script else None
+                if step is None and judge.down is not None:
+                    step = judge.down
                 if isinstance(step, float):
                     time.sleep(step)
                     step = None
                 if isinstance(step, int):
                     self._send(step, {"error": {"message": f"scripted {step}"}})
                     return
+                if isinstance(step, bytes):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Length", str(len(step)))
+                    self.end_headers()
+                    self.wfile.write(step)
+                    return
                 content = step if isinstance(step, str) else judge.answer(payload["messages"])
+                finish = "stop"
+                user = payload["messages"][1]["content"]
+                if step is None and "Answer:" in user:
+                    answer = user.split("Answer:", 1)[1].split("\n\nList every", 1)[0].strip()
+                    if payload.get("max_tokens", 0) < judge.min_tokens or (
+                            judge.truncate_over is not None and len(answer) > judge.truncate_over):
+                        content, finish = content[: len(content) // 2], "length"
                 self._send(200, {"choices": [{"message": {"role": "assistant", "content": content},
-                                              "finish_reason": "stop"}],
+                                              "finish_reason": finish}],
                                  "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
 
         return Handler

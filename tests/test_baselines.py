@@ -160,3 +160,34 @@ def test_sequence_scorers_broadcast_one_score_to_every_span(data):
     out = Length().score(test[:5])
     for e, s in zip(test[:5], out):
         assert s.shape == (len(e.spans),) and np.all(s == e.n_tokens / 100)
+
+
+def test_the_surface_prior_learns_the_cheap_cues_and_nothing_else():
+    """Labels that depend only on position and prompt overlap: the prior ranks them; labels that
+    depend on the hidden states (planted direction) it cannot see."""
+    from spanuq.baselines.surface_prior import SurfacePrior, prompt_overlap
+
+    assert prompt_overlap("Marie Curie", "Who was Marie Curie?") == 1.0
+    assert prompt_overlap("Polish physicist", "Who was Marie Curie?") == 0.0
+    def answers(n, seed):
+        out, prompts, texts = [], {}, {}
+        g = np.random.default_rng(seed)
+        for i in range(n):
+            T = 40
+            spans = torch.tensor([[2, 3], [15, 16], [30, 32]])
+            late = np.array([0.0, 0.3, 1.0])
+            u = torch.tensor(np.clip(0.1 + 0.8 * late + g.normal(0, 0.05, 3), 0, 1), dtype=torch.float32)
+            pid = f"s{seed}-{i}"
+            out.append(ResponseExample(pid, "custom", "test", torch.randn(T, 8), torch.rand(T), list(range(T)),
+                                       spans, u, float(u.mean())))
+            prompts[pid], texts[pid] = "Tell me about the Eiffel Tower.", ["Eiffel Tower", "Paris", "1887"]
+        return out, prompts, texts
+
+    (train, p1, t1), (test, p2, t2) = answers(40, 0), answers(20, 1)
+    prior = SurfacePrior(prompts={**p1, **p2}, span_texts={**t1, **t2})
+    prior.fit(train, [])
+    assert span_auroc(prior.score(test), test) > 0.95  # position alone explains these labels
+    fit_on, hidden = synthetic(60, seed=3), synthetic(40, seed=4)
+    blind = SurfacePrior(prompts={}, span_texts={e.prompt_id: ["x"] * len(e.spans) for e in fit_on + hidden})
+    blind.fit(fit_on, [])
+    assert 0.3 < span_auroc(blind.score(hidden), hidden) < 0.7  # states-only labels: chance for the prior

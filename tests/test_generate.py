@@ -41,6 +41,22 @@ def test_llama_cpp_server_backend_generates_greedy_and_samples(llama_server, mak
     assert stats3 == {**stats3, "generated": 0, "cached": 3}
 
 
+@pytest.mark.server
+def test_stop_strings_and_a_smaller_sample_budget(llama_server, make_cfg):
+    """A stop string ends an answer on its own (finish reason stop, the string cut off); samples
+    may get a smaller budget than the greedy answer (truncated samples abstain at label time)."""
+    cfg = make_cfg("generate.backend=server", f"generate.server_url={llama_server.base_url}",
+                   "generate.launch_server=false", "generate.n_samples=2", "generate.max_new_tokens=48",
+                   "generate.sample_max_new_tokens=4", "generate.stop=[' the ', ' The ']")
+    gens, _ = generate_all(cfg, PROMPTS[:2], progress=False)
+    for g in gens:
+        assert " the " not in g.greedy.text and " The " not in g.greedy.text
+        assert all(len(s.token_ids) <= 5 for s in g.samples)
+        assert any(s.finish_reason == "length" for s in g.samples)
+    assert any(g.greedy.finish_reason == "stop" and len(g.greedy.token_ids) < 48 for g in gens)
+    assert gens[0].decoding["stop"] == " the | The " and gens[0].decoding["sample_max_new_tokens"] == 4
+
+
 def test_unreachable_server_is_a_clear_error(make_cfg):
     cfg = make_cfg("generate.backend=server", "generate.server_url=http://127.0.0.1:9/v1",
                    "generate.launch_server=false")

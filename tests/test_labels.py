@@ -19,12 +19,15 @@ def tok():
     return load_tokenizer(load_config(None))
 
 
-def generation(tok, prompt_id: str, greedy: str, samples: list[str]) -> Generation:
-    def sample(text):
-        return Sample(text=text, token_ids=tok(text, add_special_tokens=False)["input_ids"] if text else [])
+def generation(tok, prompt_id: str, greedy: str, samples: list[str], truncated: tuple[int, ...] = ()) -> Generation:
+    """A generation record; ``truncated`` lists the samples cut off by the token budget."""
+    def sample(text, cut=False):
+        return Sample(text=text, token_ids=tok(text, add_special_tokens=False)["input_ids"] if text else [],
+                      finish_reason="length" if cut else "stop")
 
     return Generation(prompt_id=prompt_id, backbone="smollm2-135m", prompt_text="q", chat_prompt="q",
-                      greedy=sample(greedy), samples=[sample(s) for s in samples], decoding={}, seed=0)
+                      greedy=sample(greedy), samples=[sample(s, i in truncated) for i, s in enumerate(samples)],
+                      decoding={}, seed=0)
 
 
 def claim(text: str, span: str, support=(1.0,)) -> Claim:
@@ -99,9 +102,47 @@ def test_a_right_answer_is_as_uncertain_as_the_samples_disagree(offline, tok):
 
 def test_a_wrong_answer_gets_u_one_however_often_it_is_repeated(offline, tok):
     g = generation(tok, "au", "The capital of Australia is Sydney.", ["The capital of Australia is Sydney."] * 4)
-    by_span = {g.greedy.text[c.start:c.end]: c for c in offline.label(g, AUSTRALIA).claims}
+    res = offline.label(g, AUSTRALIA)
+    by_span = {g.greedy.text[c.start:c.end]: c for c in res.claims}
     assert by_span["Sydney"].u == 1.0 and "reference:mismatch" in by_span["Sydney"].evidence
-    assert by_span["Australia"].u == 0.0  # copied from the question: consistent, not checked
+    assert "Australia" not in by_span and res.stats["prompt_copies"] >= 1  # copied from the question: no claim
+
+
+def test_a_span_copied_from_the_prompt_is_not_a_target(offline, tok):
+    p = Prompt(id="mc", domain="biography", text="Who was Marie Curie?")
+    g = generation(tok, "mc", "Marie Curie was a Polish physicist who won the Nobel Prize in 1903.",
+                   ["Marie Curie was a Polish physicist.", "Marie Curie won the Nobel Prize in 1903."])
+    res = offline.label(g, p)
+    spans = [g.greedy.text[c.start:c.end] for c in res.claims]
+    assert "Marie Curie" not in spans and "1903" in spans
+    assert res.stats["prompt_copies"] == 1
+
+
+def test_contradicting_samples_never_back_a_claim_offline(offline, tok):
+    """Embedding similarity alone matched "capital is Sydney" with "capital is Canberra" (cosine 0.88)
+    and "born in 1879" with "born in 1880" (0.94); key terms must agree first."""
+    no_refs = Prompt(id="au2", domain="longform_qa", text="What is the capital of Australia?")
+    g = generation(tok, "au2", "The capital of Australia is Sydney.", ["The capital of Australia is Canberra."] * 4)
+    assert {g.greedy.text[c.start:c.end]: c.u for c in offline.label(g, no_refs).claims}["Sydney"] == 1.0
+    einstein = Prompt(id="ae", domain="biography", text="Tell me a bio of Albert Einstein.")
+    g = generation(tok, "ae", "Albert Einstein was born in 1879 in Ulm.", ["Albert Einstein was born in 1880 in Ulm."] * 4)
+    by_span = {g.greedy.text[c.start:c.end]: c.u for c in offline.label(g, einstein).claims}
+    assert by_span["1879"] == 1.0 and by_span["Ulm"] == 0.0
+
+
+def test_a_truncated_sample_abstains_on_claims_it_never_reached(offline, tok):
+    p = Prompt(id="al", domain="biography", text="Tell me a bio of Ada Lovelace.")
+    greedy = "Ada Lovelace was born in 1815 in London. She later worked with Charles Babbage on his engine."
+    full = "Ada Lovelace was born in 1815. She worked with Charles Babbage."
+    cut = "Ada Lovelace was born in 1815."  # stopped by the token budget before any collaborator
+    g = generation(tok, "al", greedy, [full, full, cut, cut], truncated=(2, 3))
+    by_span = {g.greedy.text[c.start:c.end]: c for c in offline.label(g, p).claims}
+    babbage = by_span["Charles Babbage"]
+    assert babbage.u == 0.0 and len(babbage.support) == 2 and "abstained:2" in babbage.evidence
+    assert len(by_span["1815"].support) == 4  # an early claim: every sample reached it
+    # a sample that ends on its own is evidence: the same two short samples, not truncated, count against
+    g2 = generation(tok, "al", greedy, [full, full, cut, cut])
+    assert {g2.greedy.text[c.start:c.end]: c.u for c in offline.label(g2, p).claims}["Charles Babbage"] == 0.5
 
 
 def test_without_references_labels_are_self_consistency(offline, tok):
@@ -199,6 +240,78 @@ def test_judge_labels_spans_from_verified_sample_claims(make_cfg, tok):
     with ScriptedJudge() as server:
         run_label(judge_cfg(make_cfg, server.base_url), progress=False)
         assert server.requests == []
+
+
+def test_contradicting_sample_claims_never_back_a_judged_claim(make_cfg, tok):
+    """With the scripted judge, greedy "Sydney" used to inherit support from samples saying
+    "Canberra" (u* 0.5): the embedding alignment now needs the key terms to agree."""
+    from spanuq.label.stage import run_label
+
+    cfg = None
+    with ScriptedJudge(truths=("Canberra", "1880", "Einstein", "Ulm")) as server:
+        cfg = judge_cfg(make_cfg, server.base_url)
+        paths = StagePaths.from_config(cfg)
+        prompts = [Prompt(id="au2", domain="longform_qa", text="What is the capital of Australia?"),
+                   Prompt(id="ae", domain="biography", text="Tell me a bio of Albert Einstein.")]
+        gens = [generation(tok, "au2", "The capital of Australia is Sydney.", ["The capital of Australia is Canberra."] * 3),
+                generation(tok, "ae", "Einstein was born in 1879 in Ulm.", ["Einstein was born in 1880 in Ulm."] * 3)]
+        write_jsonl(paths.prompts, prompts)
+        write_jsonl(paths.generations, gens)
+        run_label(cfg, progress=False)
+    recs = {r.prompt_id: {s.text: s.u for s in r.spans} for r in read_records(paths.labels, LabeledResponse)}
+    assert recs["au2"]["Sydney"] == 1.0 and "Australia" not in recs["au2"]
+    assert recs["ae"]["1879"] == 1.0 and recs["ae"]["Ulm"] == 0.0
+
+
+def test_a_judge_outage_is_never_cached_and_the_next_run_labels_what_failed(make_cfg, tok):
+    from spanuq.label.stage import LabelFailures, run_label
+
+    with ScriptedJudge() as server:
+        cfg = judge_cfg(make_cfg, server.base_url)
+        paths = write_inputs(cfg, tok)
+        server.down = 503  # every request: 503 until the client's retries run out
+        with pytest.raises(LabelFailures, match=r"6 of 7 answers could not be labelled .*re-run"):
+            run_label(cfg, progress=False)
+    with ScriptedJudge() as server:  # healthy again
+        run_label(judge_cfg(make_cfg, server.base_url), progress=False)
+    report = json.loads(paths.label_report.read_text())
+    assert report["cache"] == {"hits": 1, "misses": 6}  # only the empty answer was labelled (and cached) before
+    assert report["status"].get("error", 0) == 0 and report["status"]["ok"] >= 4
+
+
+def test_a_reply_that_is_not_json_is_a_clear_error_not_a_traceback(make_cfg, tok):
+    from spanuq.label.stage import LabelFailures, run_label
+
+    with ScriptedJudge() as server:
+        cfg = judge_cfg(make_cfg, server.base_url, "label.judge.concurrency=1", "label.judge.max_retries=1")
+        paths = write_inputs(cfg, tok)
+        write_jsonl(paths.generations, read_records(paths.generations, Generation)[:1])
+        server.script = [b"<html>502 Bad Gateway</html>"] * 2
+        with pytest.raises(LabelFailures, match="not JSON"):
+            run_label(cfg, progress=False)
+
+
+def test_a_cut_off_claim_list_is_asked_again_with_a_larger_budget_or_by_sentence(make_cfg, tok):
+    from spanuq.label.stage import run_label
+
+    with ScriptedJudge() as server:
+        cfg = judge_cfg(make_cfg, server.base_url, "label.judge.max_tokens=256", "label.judge.max_tokens_cap=1024")
+        paths = write_inputs(cfg, tok)
+        server.min_tokens = 1024  # cut off at 256 and 512, complete at 1024
+        run_label(cfg, progress=False)
+        budgets = sorted({r["payload"]["max_tokens"] for r in server.requests})
+    report = json.loads(paths.label_report.read_text())
+    assert budgets[:3] == [256, 512, 1024] and report["judge"]["truncated"] > 0
+    assert report["judge"]["truncated_failures"] == 0 and report["status"].get("error", 0) == 0
+    with ScriptedJudge() as server:  # a long answer that no budget fits is decomposed sentence by sentence
+        cfg = judge_cfg(make_cfg, server.base_url, "label.judge.model=other")
+        write_jsonl(paths.generations, [generation(tok, "bio", "Ada Lovelace was born in London in 1815. "
+                                                   "She worked with Charles Babbage.", ["Ada Lovelace, 1815."])])
+        server.truncate_over = 45
+        run_label(cfg, progress=False)
+    rec = read_records(paths.labels, LabeledResponse)[0]
+    assert rec.status == "ok" and {"London", "Babbage"} <= {s.text for s in rec.spans}
+    assert json.loads(paths.label_report.read_text())["labeller"]["decompose_by_sentence"] == 1
 
 
 def test_a_judge_that_returns_garbage_is_asked_again_then_recorded_as_a_failure(make_cfg, tok):

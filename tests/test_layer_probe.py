@@ -67,3 +67,18 @@ def test_probe_layers_writes_the_curve_scored_on_dev(labelled):
     assert json.loads((out / "layer_auroc.json").read_text())["rows"][1]["layer"] == 18
     assert (out / "layer_auroc.csv").read_text().startswith("layer,auroc")
     assert (out / "layer_auroc.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_early_stopping_holds_out_whole_answers_not_random_spans():
+    """Spans of one answer are correlated: the held-out part of train is a set of answers."""
+    import numpy as np
+
+    from spanuq.baselines.mlp_probe import train_span_mlp
+
+    rng = np.random.default_rng(0)
+    groups = [f"answer{i}" for i in range(20) for _ in range(3)]
+    X, y = rng.normal(size=(60, 8)), rng.random(60)
+    model = train_span_mlp(X, y, seed=0, groups=groups, max_epochs=3)
+    held = model.info["held_out_groups"]
+    assert held and model.info["n_dev"] == 3 * len(held)  # every span of a held-out answer, none of the others
+    assert model.info["n_train"] + model.info["n_dev"] == 60

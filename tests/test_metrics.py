@@ -310,15 +310,22 @@ def three_responses():
     return cfg, examples, preds
 
 
-def test_evaluate_predictions_three_responses():
+def test_evaluate_predictions_scores_every_labelled_span():
     cfg, examples, preds = three_responses()
     r = evaluate_predictions(preds, examples, cfg)
     span, det, seq = r["span"], r["detection"], r["sequence"]
-    # matched: a[0,2]↔[0,2] (IoU 1), a[5,6]↔[5,7] (IoU 2/3) → u* [.9, .1] vs û [.8, .3]
-    assert (span["n"], span["n_pos"], span["n_groups"]) == (2, 1, 1)
-    assert span["auroc"]["value"] == pytest.approx(1.0)
-    assert span["mae"]["value"] == pytest.approx(0.15)
-    assert span["spearman"]["value"] == pytest.approx(1.0)
+    # every labelled span: a[0,2] ← kept [0,2] (û .8), a[5,7] ← kept [5,6] (û .3),
+    # c[0,4] ← nothing kept in c, so c's û_seq (.2); b has no labelled span
+    y, s = np.array([0.9, 0.1, 0.6]), np.array([0.8, 0.3, 0.2])
+    assert (span["n"], span["n_pos"], span["n_groups"]) == (3, 2, 2)
+    assert span["auroc"]["value"] == pytest.approx(roc_auc_score(y >= 0.5, s))
+    assert span["mae"]["value"] == pytest.approx(mean_absolute_error(y, s))
+    assert r["span_sources"] == {"detected": 2, "sequence": 1}
+    # within-answer pairs with |Δu*| >= 0.3: only a's (.9 vs .1), ordered right by (.8 vs .3)
+    assert span["n_pairs"] == 1 and span["pair_accuracy"]["value"] == 1.0
+    # the matched-only figures are a secondary section: a[0,2]↔[0,2] (IoU 1), a[5,6]↔[5,7] (IoU 2/3)
+    matched = r["span_matched"]
+    assert (matched["n"], matched["n_pos"]) == (2, 1) and matched["mae"]["value"] == pytest.approx(0.15)
     assert (det["n_pred"], det["n_gt"], det["n_matched"]) == (3, 3, 2)
     assert det["precision"]["value"] == pytest.approx(2 / 3)
     assert det["recall"]["value"] == pytest.approx(2 / 3)
@@ -337,12 +344,67 @@ def test_evaluate_predictions_three_responses():
     dumps(r_boot)
 
 
+def test_a_method_cannot_look_better_by_finding_fewer_spans():
+    """Old rule (matched pairs only): finding just the easy span scored AUROC 1; now every labelled
+    span counts, the missed ones at the answer's û_seq, and the probe and an oracle-span baseline
+    are scored on the same span set."""
+    cfg = EvaluateConfig(bootstrap=0)
+    examples = [example(f"r{i}", [[0, 1], [4, 5], [8, 9]], [0.9, 0.1, 0.8], u_seq=0.6) for i in range(4)]
+    # the probe finds only the first (easy) span of each answer, û_seq 0.3 everywhere
+    only_easy = [pred(e.prompt_id, [[0, 1]], [0.95], [0.9], 0.3) for e in examples]
+    r = evaluate_predictions(only_easy, examples, cfg)
+    assert r["span_matched"]["n"] == 4
+    assert r["span"]["n"] == 12 and r["span_sources"] == {"detected": 4, "sequence": 8}
+    assert r["span"]["auroc"]["value"] == pytest.approx(roc_auc_score([1, 0, 1] * 4, [0.95, 0.3, 0.3] * 4))
+    baseline = oracle_span_metrics([np.array([0.5, 0.5, 0.5])] * 4, examples, cfg)
+    assert baseline["span"]["n"] == r["span"]["n"] and baseline["span"]["n_groups"] == r["span"]["n_groups"]
+
+
+def test_an_unmatched_span_takes_the_best_overlapping_prediction_else_the_sequence_score():
+    from spanuq.evaluate.scoring import all_span_scores
+
+    ex = [example("a", [[0, 9], [12, 13], [16, 17]], [0.9, 0.2, 0.4])]
+    # kept: [0,1] (IoU 0.2 with [0,9]), [2,9] (IoU 0.8) — the better overlap wins; [12,13] exact; nothing on [16,17]
+    p = [pred("a", [[0, 1], [2, 9], [12, 13], [18, 19]], [0.1, 0.7, 0.3, 0.9], [0.9, 0.6, 0.8, 0.2], 0.45)]
+    scores, sources = all_span_scores(p, ex, validity_threshold=0.5)
+    assert scores[0].tolist() == pytest.approx([0.7, 0.3, 0.45])
+    assert sources == {"detected": 2, "sequence": 1}
+
+
+def test_pair_accuracy_counts_within_answer_pairs_and_halves_ties():
+    y = np.array([0.9, 0.1, 0.5, 0.8, 0.0])
+    s = np.array([0.7, 0.2, 0.2, 0.4, 0.4])
+    g = ["a", "a", "a", "b", "b"]
+    m = span_metrics(y, s, groups=g)
+    # a: (.9,.1) right, (.9,.5) right, (.1,.5) tie → 0.5; b: (.8,.0) tie → 0.5; pairs across answers never count
+    assert m["n_pairs"] == 4 and m["pair_accuracy"]["value"] == pytest.approx((1 + 1 + 0.5 + 0.5) / 4)
+    # a sequence score broadcast to every span of an answer cannot tell its spans apart
+    assert span_metrics(y, np.array([0.3, 0.3, 0.3, 0.9, 0.9]), groups=g)["pair_accuracy"]["value"] == 0.5
+    assert span_metrics(y, s, groups=g, pair_gap=0.95)["pair_accuracy"]["undefined"].startswith("no within-answer")
+    boot = span_metrics(y, s, groups=g, bootstrap=30)
+    assert boot["pair_accuracy"]["ci"] is not None
+    assert "pair_accuracy" not in span_metrics(y, s)
+
+
+def test_calibrated_predictions_report_the_raw_ece_beside():
+    cfg = EvaluateConfig(bootstrap=0)
+    ex = [example("a", [[0, 1], [4, 5]], [0.9, 0.1])]
+    p = pred("a", [[0, 1], [4, 5]], [0.8, 0.2], [0.9, 0.9], 0.5)
+    p["u_raw"], p["u_seq_raw"] = np.array([0.99, 0.01]), 0.5
+    r = evaluate_predictions([p], ex, cfg)
+    assert r["span"]["ece"]["value"] == pytest.approx(0.1)
+    assert r["span"]["ece_raw"]["value"] == pytest.approx(0.09)
+
+
 def test_evaluate_predictions_degenerate_inputs():
     cfg, examples, preds = three_responses()
     for p in preds:
         p["validity"] = np.zeros_like(p["validity"])
     r = evaluate_predictions(preds, examples, cfg, bootstrap=20)  # no kept predictions at all
-    assert r["span"]["n"] == 0 and r["span"]["auroc"]["value"] is None
+    # every labelled span still counts, at its answer's û_seq (a: .55 for u* .9 and .1, c: .2 for .6)
+    assert r["span"]["n"] == 3 and r["span_sources"] == {"sequence": 3}
+    assert r["span"]["pair_accuracy"]["value"] == 0.5
+    assert r["span_matched"]["n"] == 0 and r["span_matched"]["auroc"]["value"] is None
     assert r["detection"]["precision"]["undefined"] == "no predicted spans"
     assert r["coverage"]["value"] == 0.0
     dumps(r)
@@ -380,7 +442,10 @@ def test_oracle_span_metrics():
 def test_format_table():
     rows = {
         "SpanUQ": {"span": {"auroc": {"value": 0.8123, "ci": [0.7712, 0.8456]}, "mae": {"value": 0.1, "ci": None},
-                            "ece": {"value": None, "ci": None, "undefined": "x"}},
+                            "ece": {"value": None, "ci": None, "undefined": "x"},
+                            "pair_accuracy": {"value": 0.75, "ci": None}},
+                   "span_matched": {"auroc": {"value": 0.95, "ci": None}},
+                   "coverage": {"value": 0.5, "ci": None},
                    "detection": {"f1": {"value": 0.5, "ci": None}},
                    "sequence": {"spearman": {"value": 0.7, "ci": None}, "auroc@0.3": {"value": 0.9, "ci": None}}},
         "Token entropy": {"span": {"auroc": {"value": 0.6, "ci": None}}, "sequence": {}},
@@ -388,9 +453,9 @@ def test_format_table():
     text = format_table(rows)
     lines = text.splitlines()
     assert len(lines) == 4
-    for col in ("AUROC", "MAE", "ρ_s", "Pearson", "ECE", "F1", "seq ρ", "seq AUROC@0.3"):
+    for col in ("AUROC", "pair acc", "MAE", "ρ_s", "ECE", "F1", "coverage", "AUROC matched", "seq ρ", "seq AUROC@0.3"):
         assert col in lines[0]
-    assert "0.812 [0.77, 0.85]" in lines[2] and "0.100" in lines[2] and "0.900" in lines[2]
-    assert lines[2].count("n/a") == 3  # ρ_s and Pearson missing, ECE undefined
-    assert lines[3].startswith("Token entropy") and lines[3].count("n/a") == 7
+    assert "0.812 [0.77, 0.85]" in lines[2] and "0.750" in lines[2] and "0.950" in lines[2]
+    assert lines[2].count("n/a") == 2  # ρ_s missing, ECE undefined
+    assert lines[3].startswith("Token entropy") and lines[3].count("n/a") == 9
     assert len({len(lines[0].split("AUROC")[0]), len(lines[2].split("0.812")[0])}) == 1  # columns aligned

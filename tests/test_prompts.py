@@ -1,7 +1,9 @@
 """The prompts stage: the bundled set, a user's file, the hub loaders (on fixture rows), splits."""
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -12,9 +14,12 @@ from pydantic import ValidationError
 
 from spanuq.config import load_config
 from spanuq.data import hub
+from spanuq.data.aliases import Entry, case_sensitive, check, parse_refs
+from spanuq.data.bundled_build import build, sources_dir, write
 from spanuq.data.prompts import (
     BIO_TEMPLATES,
     PAPER_N_PROMPTS,
+    bundled_path,
     load_bundled,
     load_prompt_file,
     run_prompts,
@@ -75,6 +80,89 @@ def test_biographies_follow_factscore(bundled):
     assert max(templates.values()) - min(templates.values()) <= 1
     assert all(p.references for p in bios)
     assert len({p.meta["entity"] for p in bios}) == len(bios)
+
+
+# ------------------------------------------------------------------ the bundled set's data files
+def test_the_generator_reproduces_the_committed_prompt_file(tmp_path, repo_root):
+    out = write(build(), tmp_path / "prompts.jsonl")
+    assert out.read_bytes() == bundled_path().read_bytes()
+    path = repo_root / "scripts" / "make_bundled_prompts.py"
+    spec = importlib.util.spec_from_file_location("make_bundled_prompts", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--check"]) == 0
+
+
+def test_references_name_one_answer_and_keep_their_case(bundled):
+    by_id = {p.id: p for p in bundled}
+    gold = by_id["bundled-triviaqa-0001"]
+    assert gold.references == ["Au"] and case_sensitive(gold.meta) == {"Au"}
+    assert case_sensitive(by_id["bundled-longform_qa-0001"].meta) == set()
+    assert by_id["bundled-triviaqa-0290"].text == "Which currency is used in Norway?"
+    assert by_id["bundled-triviaqa-0290"].references == ["Norwegian krone", "NOK"]
+    assert by_id["bundled-triviaqa-0291"].references == ["Danish krone", "DKK"]
+    assert by_id["bundled-longform_qa-0002"].references == ["Leonardo da Vinci", "da Vinci"]
+    loose = {"krone", "krona", "peso", "won", "pound", "franc", "rupee", "He", "No", "Yes", "Leonardo", "Bell"}
+    assert not [(p.id, r) for p in bundled for r in p.references if r in loose]
+    yes_no = [p for p in bundled if "answer" in p.meta]  # a yes/no answer is kept, but not as a matchable alias
+    assert len(yes_no) > 40 and {p.meta["answer"] for p in yes_no} <= {"yes", "no", "same"}
+
+
+@pytest.mark.parametrize("cell, rule", [
+    ("He", "stop-word"),  # helium's symbol is the pronoun, whatever its case
+    ("case:He", "stop-word"),
+    ("No", "stop-word"),
+    ("Au", "too-short"),  # two letters match only with their case
+    ("Mexican peso | peso", "currency-unit"),
+    ("South Korean won | won", "currency-unit"),
+    ("Alexander Graham Bell | Bell", "common-word"),  # a surname that is a common word
+    ("Grant Wood | Wood", "common-word"),
+    ("Leonardo da Vinci | Leonardo", "first-word"),  # a bare first name
+    ("Bering Strait | Bering", "first-word"),
+])
+def test_the_validator_rejects_an_ambiguous_alias(cell, rule):
+    problems = check([Entry("t.tsv:2", "t", parse_refs(cell))])
+    assert len(problems) == 1 and problems[0].startswith("t.tsv:2:") and problems[0].endswith(f"({rule})"), problems
+
+
+def test_the_validator_rejects_a_short_alias_two_answers_share():
+    rows = [Entry("books.tsv:9", "books", parse_refs("Charlotte Brontë | Brontë")),
+            Entry("books.tsv:10", "books", parse_refs("Emily Brontë | Bronte"))]
+    problems = check(rows)
+    assert len(problems) == 2 and all("(shared: also a reference at books.tsv:" in p for p in problems), problems
+    # the same alias for the same answer, or in another table, is fine
+    assert check([Entry("books.tsv:2", "books", parse_refs("Leo Tolstoy | Tolstoy")),
+                  Entry("books.tsv:3", "books", parse_refs("Leo Tolstoy | Tolstoy"))]) == []
+    assert check([rows[0], Entry("x.tsv:2", "x", parse_refs("Emily Brontë | Bronte"))]) == []
+
+
+def test_the_validator_accepts_precise_aliases_numbers_and_key_facts():
+    entries = [
+        Entry("c.tsv:2", "c", parse_refs("Danish krone | case:DKK")),
+        Entry("t.tsv:2", "t", parse_refs("case:Au")),
+        Entry("t.tsv:3", "t", parse_refs("8 | eight")),
+        Entry("t.tsv:4", "t", parse_refs("Queen")),  # the answer itself may be a common word
+        Entry("t.tsv:5", "t", parse_refs("Galileo Galilei | ok:Galileo")),  # checked by hand
+        Entry("b.tsv:2", "b", parse_refs("physicist | relativity"), key_facts=True),
+        Entry("b.tsv:3", "b", parse_refs("chemist | physicist | radioactivity"), key_facts=True),
+    ]
+    assert check(entries) == []
+    assert parse_refs("ok:case:Xy | Z")[0].case_sensitive and parse_refs("ok:case:Xy")[0].checked
+
+
+@pytest.mark.parametrize("table, line, message", [
+    ("currencies.tsv", "Argentina\tArgentine peso | peso", r"currencies\.tsv:{n}: 'peso' \(currency-unit\)"),
+    ("longform_qa.tsv", "Who painted The Starry Night?\tVincent van Gogh", r"longform_qa\.tsv:{n}: the same prompt as"),
+    ("films.tsv", "Alien\t1979\tRidley Scott\textra", r"films\.tsv:{n}: 4 cells, the header has 3"),
+])
+def test_a_bad_line_in_a_data_file_stops_the_generator_naming_file_and_line(tmp_path, table, line, message):
+    src = tmp_path / "sources"
+    shutil.copytree(sources_dir(), src)
+    path = src / table
+    path.write_text(path.read_text(encoding="utf-8") + line + "\n", encoding="utf-8")
+    n = len(path.read_text(encoding="utf-8").splitlines())
+    with pytest.raises(ValueError, match=message.format(n=n)):
+        build(src)
 
 
 # ------------------------------------------------------------------ selection

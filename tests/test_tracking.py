@@ -21,7 +21,8 @@ def cfg(make_cfg):
 def _probe_dir(tmp_path, seed: int):
     torch.manual_seed(seed)
     model = SpanUQProbe(TINY, D).eval()
-    return save_checkpoint(model, TINY, D, tmp_path / f"probe-{seed}"), model
+    extra = {"temperature": 2.0, "validity_threshold": 0.3}  # as fitted on dev by the train stage
+    return save_checkpoint(model, TINY, D, tmp_path / f"probe-{seed}", extra=extra), model
 
 
 def _register(cfg, tmp_path, seed: int, dev_auroc):
@@ -47,17 +48,29 @@ def test_champion_alias_moves_only_when_dev_auroc_improves(cfg, tmp_path):
 
 
 def test_the_champion_loads_from_the_registry_and_scores_like_the_checkpoint(cfg, tmp_path):
-    _, run_id, model = _register(cfg, tmp_path, 7, 0.9)
+    from spanuq.evaluate.predict import predict_examples
+    from spanuq.features.dataset import ResponseExample
+    from spanuq.model import load_checkpoint
+
+    _, run_id, _ = _register(cfg, tmp_path, 7, 0.9)
     run = MlflowClient(tracking.tracking_uri(cfg)).get_run(run_id)
     assert run.data.params["probe.d_proj"] == "128" and run.data.tags["backbone"] == "smollm2-135m"
     pyfunc = mlflow.pyfunc.load_model("models:/spanuq-smollm2-135m@champion")
     g = torch.Generator().manual_seed(0)
     h, ent = torch.randn(12, D, generator=g), torch.rand(12, generator=g)
-    out = pyfunc.predict({"h": h.numpy(), "entropy": ent.numpy()}, params={"threshold": 0.0})
-    want = model.predict(h[None], ent[None], torch.ones(1, 12, dtype=torch.bool), torch.tensor([12]), threshold=0.0)[0]
-    assert len(out) == 1 and len(out[0]["spans"]) == TINY.n_queries == len(want.spans)
-    np.testing.assert_allclose([s["u"] for s in out[0]["spans"]], [s.u for s in want.spans], rtol=1e-5)
-    assert out[0]["u_seq"] == pytest.approx(want.u_seq, rel=1e-5)
+    out = pyfunc.predict({"h": h.numpy(), "entropy": ent.numpy()})
+    # the one inference path on the same checkpoint: its threshold, its temperature, duplicates removed
+    model, _ = load_checkpoint(tmp_path / "probe-7")
+    ex = ResponseExample("r", "custom", "test", h, ent, [], torch.zeros(0, 2, dtype=torch.long), torch.zeros(0))
+    want = predict_examples(model, [ex])[0]
+    assert len(out) == 1 and len(out[0]["spans"]) == len(want["keep"]) >= 1
+    np.testing.assert_allclose(sorted(s["u"] for s in out[0]["spans"]), sorted(want["u"][want["keep"]]), rtol=1e-5)
+    assert out[0]["u_seq"] == pytest.approx(want["u_seq"], rel=1e-5)
+    # scores are calibrated by default (T = 2 pulls û towards 0.5); raw on request
+    for s in out[0]["spans"]:
+        assert abs(s["u"] - 0.5) <= abs(s["u_raw"] - 0.5) + 1e-9 and s["p"] >= 0.3
+    raw = pyfunc.predict({"h": h.numpy(), "entropy": ent.numpy()}, params={"calibrated": False})
+    assert [s["u"] for s in raw[0]["spans"]] == [s["u_raw"] for s in out[0]["spans"]]
     with pytest.raises(Exception, match="d_model"):
         pyfunc.predict({"h": np.zeros((5, D + 1), dtype=np.float32)})
 

@@ -3,7 +3,13 @@ import math
 
 import torch
 
-from spanuq.train import dev_score, train_probe
+import numpy as np
+import pytest
+
+from spanuq.evaluate.predict import predict_examples
+from spanuq.evaluate.scoring import all_span_scores
+from spanuq.model import load_checkpoint, save_checkpoint
+from spanuq.train import calibrate_on_dev, dev_score, evaluate_model, train_probe
 from test_probe import TINY, synthetic_examples
 
 
@@ -21,7 +27,9 @@ def test_training_is_seeded_and_deterministic_on_cpu(make_cfg):
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
     assert [r["phase"] for r in info_a["history"]] == ["warmup", "warmup", "joint", "joint"]
     assert [r["train_loss"] for r in info_a["history"]] == [r["train_loss"] for r in info_b["history"]]
-    assert "train_loss_mob" not in info_a["history"][0] or info_a["history"][0]["train_loss_mob"] == 0
+    # warm-up trains detection only: the uncertainty terms appear in the joint phase
+    assert "train_loss_uq" not in info_a["history"][0] and "train_loss_rank" not in info_a["history"][1]
+    assert all(math.isfinite(r["train_loss_uq"]) for r in info_a["history"][2:])
     c, _ = train_probe(_cfg(make_cfg, warmup_epochs=2, joint_epochs=2, patience=10, seed=1), train, dev, progress=False)
     assert not torch.equal(c.state_dict()["query_embed"], sa["query_embed"])
 
@@ -39,3 +47,40 @@ def test_model_selection_scores():
                           "mae": {"value": 0.1}}}
     assert dev_score(one_class) == 0.4
     assert dev_score({"span": {"auroc": {"value": None}, "spearman": {"value": None}}}) == -math.inf
+
+
+def test_model_selection_scores_every_labelled_dev_span(make_cfg):
+    """Selection used matched pairs only, which rewards finding fewer, easier spans; the dev
+    metric behind early stopping and the champion now covers every labelled dev span."""
+    cfg = _cfg(make_cfg, warmup_epochs=1, joint_epochs=1, patience=10)
+    dev = synthetic_examples(6, seed=1)
+    model, info = train_probe(cfg, synthetic_examples(8), dev, progress=False)
+    m = evaluate_model(model, dev, cfg, "cpu")
+    assert m["span"]["n"] == sum(len(e.u) for e in dev)
+    assert info["history"][-1]["dev_auroc"] == m["span"]["auroc"]["value"]
+    assert m["span_matched"]["n"] <= m["span"]["n"]
+
+
+def test_threshold_and_temperature_are_fitted_on_dev_stored_and_applied_by_default(make_cfg, tmp_path):
+    cfg = _cfg(make_cfg, warmup_epochs=2, joint_epochs=2, patience=10)
+    dev = synthetic_examples(6, seed=1)
+    model, _ = train_probe(cfg, synthetic_examples(8), dev, progress=False)
+    calib = calibrate_on_dev(model, dev, cfg, "cpu")
+    assert calib["validity_threshold"] in cfg.evaluate.threshold_grid and calib["temperature"] > 0
+    # the fitted temperature does not raise the soft-label NLL of every labelled dev span (it minimises it)
+    preds = predict_examples(model, dev, device="cpu")
+    y = np.concatenate([e.u.numpy() for e in dev])
+    nll = lambda s: -np.mean(y * np.log(np.clip(s, 1e-6, 1)) + (1 - y) * np.log(np.clip(1 - s, 1e-6, 1)))  # noqa: E731
+    cal, _ = all_span_scores(preds, dev)
+    raw, _ = all_span_scores(preds, dev, key="u_raw")
+    assert nll(np.concatenate(cal)) <= nll(np.concatenate(raw)) + 1e-9
+    save_checkpoint(model, TINY, 32, tmp_path / "probe", extra=calib)
+    loaded, meta = load_checkpoint(tmp_path / "probe")
+    assert (loaded.temperature, loaded.validity_threshold) == (calib["temperature"], calib["validity_threshold"])
+    p = predict_examples(loaded, dev[:2], device="cpu")[0]
+    t = calib["temperature"]
+    expect = 1 / (1 + np.exp(-np.log(p["u_raw"] / (1 - p["u_raw"])) / t))
+    assert p["u"] == pytest.approx(expect, rel=1e-5) and p["threshold"] == calib["validity_threshold"]
+    assert set(p["keep"]) <= set(np.flatnonzero(p["validity"] >= calib["validity_threshold"]))
+    raw_p = predict_examples(loaded, dev[:2], device="cpu", calibrated=False)[0]
+    assert np.array_equal(raw_p["u"], p["u_raw"])

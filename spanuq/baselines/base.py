@@ -108,6 +108,7 @@ def broadcast_to_spans(seq_scores, examples: list[ResponseExample]) -> list[np.n
 # name -> "module:Class", imported on first use so heavy dependencies (NLI models,
 # the backbone) load only for the baselines actually run.
 BASELINES: dict[str, str] = {
+    "surface_prior": "spanuq.baselines.surface_prior:SurfacePrior",
     "token_entropy": "spanuq.baselines.token_entropy:TokenEntropy",
     "mlp_probe": "spanuq.baselines.mlp_probe:MLPProbe",
 }

@@ -85,13 +85,14 @@ def _rng_devices(device: str) -> list[int]:
 def train_span_mlp(X_train, y_train, X_dev=None, y_dev=None, seed: int = 0, *,
                    hidden: tuple[int, int] | None = None, dropout: float = 0.1, lr: float = 1e-3,
                    weight_decay: float = 1e-2, batch_size: int = 128, max_epochs: int = 100, patience: int = 5,
-                   dev_fraction: float = 0.15, device: str = "cpu") -> SpanMLP:
+                   dev_fraction: float = 0.15, device: str = "cpu", groups=None) -> SpanMLP:
     """Fit a `SpanMLP` on (N, d) span features and (N,) soft labels in [0, 1].
 
     Early stopping on the dev BCE (best epoch kept, stop after ``patience`` epochs
     without improvement).  Without dev data a seeded ``dev_fraction`` of the train
-    spans is held out; with a single train span there is nothing to hold out and
-    the train loss is monitored.  ``model.info`` records epochs, best epoch and
+    spans is held out — of whole answers when ``groups`` (the answer of each span)
+    is given, since spans of one answer are correlated; with a single train span
+    (or answer) there is nothing to hold out and the train loss is monitored.  ``model.info`` records epochs, best epoch and
     best dev loss.
     """
     X, y = _as_tensor(X_train, device), _as_tensor(y_train, device).reshape(-1)
@@ -100,7 +101,17 @@ def train_span_mlp(X_train, y_train, X_dev=None, y_dev=None, seed: int = 0, *,
     if ((y < 0) | (y > 1)).any():
         raise ValueError("soft labels must lie in [0, 1]")
     g = torch.Generator().manual_seed(seed)
-    if X_dev is None or len(X_dev) == 0:
+    held_out: list[str] = []
+    if (X_dev is None or len(X_dev) == 0) and groups is not None:
+        names = np.unique(np.asarray(groups, dtype=str))
+        perm = torch.randperm(len(names), generator=g).numpy()
+        n_dev = min(max(int(round(dev_fraction * len(names))), 1), len(names) - 1) if len(names) > 1 else 0
+        held_out = sorted(names[perm[:n_dev]].tolist())
+        held = np.isin(np.asarray(groups, dtype=str), held_out)
+        held_t = torch.as_tensor(held, device=device)
+        Xd, yd = (X[held_t], y[held_t]) if n_dev else (X, y)
+        X, y = (X[~held_t], y[~held_t]) if n_dev else (X, y)
+    elif X_dev is None or len(X_dev) == 0:
         perm = torch.randperm(len(X), generator=g).to(device)
         n_dev = int(round(dev_fraction * len(X))) if len(X) > 1 else 0
         n_dev = min(max(n_dev, 1 if len(X) > 1 else 0), len(X) - 1)
@@ -136,7 +147,7 @@ def train_span_mlp(X_train, y_train, X_dev=None, y_dev=None, seed: int = 0, *,
     model.load_state_dict(best)
     model.eval()
     model.info = {"epochs": epoch + 1, "best_epoch": best_epoch, "dev_loss": best_loss,
-                  "n_train": len(X), "n_dev": len(Xd)}
+                  "n_train": len(X), "n_dev": len(Xd), "held_out_groups": held_out}
     return model
 
 

@@ -1,8 +1,8 @@
 """Layer probing (paper App. B.6, Tab. A5): which layers carry the uncertainty signal?
 
 For every candidate layer l, an MLP probe is trained on mean-pooled span features
-of that layer alone (oracle spans from the labels, train split, early stopping on a
-held-out part of train) and scored by span AUROC on the dev split: choosing layers
+of that layer alone (oracle spans from the labels, train split, early stopping on
+held-out *answers* of train, so no answer has spans on both sides) and scored by span AUROC on the dev split: choosing layers
 is model selection, so the test split stays out of it.  The curve is usually an inverted U peaking in the
 mid-to-late layers; pick three adjacent layers near the peak as `backbone.layers`.
 """
@@ -57,10 +57,11 @@ def run_layer_probe(cfg: Config, layers: list[int] | None = None, out_dir: str |
     ftr = collect_layer_features(cfg, train, gens, layers, progress=progress)
     fte = collect_layer_features(cfg, held, gens, layers, progress=progress)
     ytr = np.array([x.u for r in train for x in r.spans])
+    gtr = [r.prompt_id for r in train for _ in r.spans]  # early stopping holds out whole answers
     yte = np.array([x.u for r in held for x in r.spans])
     rows = []
     for l in tqdm(layers, desc="layer probes", disable=not progress):
-        model = train_span_mlp(ftr[l], ytr, seed=cfg.train.seed)
+        model = train_span_mlp(ftr[l], ytr, seed=cfg.train.seed, groups=gtr)
         m = span_metrics(yte, predict_span_mlp(model, fte[l]), cfg.evaluate.positive_threshold)
         rows.append({"layer": l, "auroc": _v(m.get("auroc")), "spearman": _v(m.get("spearman")),
                      "mae": _v(m.get("mae")), "n_train_spans": len(ytr), "n_test_spans": len(yte)})

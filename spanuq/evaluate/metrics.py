@@ -49,7 +49,7 @@ from .ece import apply_temperature, expected_calibration_error, fit_temperature
 
 __all__ = [
     "span_metrics", "detection_metrics", "sequence_metrics", "evaluate_predictions",
-    "oracle_span_metrics", "matched_pairs", "match_spans", "token_iou_matrix",
+    "oracle_span_metrics", "span_level_metrics", "matched_pairs", "match_spans", "token_iou_matrix",
     "expected_calibration_error", "fit_temperature", "apply_temperature",
     "format_table", "metric_value", "defined", "undefined",
 ]
@@ -128,9 +128,9 @@ def _need_variation(y: np.ndarray, s: np.ndarray) -> None:
 # ---------------------------------------------------------------- metric functions
 # Each takes (u_true, scores) and returns a float or raises Undefined(reason).
 
-def _auroc_fn(threshold: float, item: str = "spans") -> Callable[[np.ndarray, np.ndarray], float]:
+def _auroc_fn(threshold: float, item: str = "spans") -> Callable[..., float]:
     """AUROC of scores for the binary label ``u* ≥ threshold``."""
-    def auroc(y: np.ndarray, s: np.ndarray) -> float:
+    def auroc(y: np.ndarray, s: np.ndarray, g=None) -> float:
         _need(len(y), 1)
         pos = y >= threshold
         if pos.all() or not pos.any():
@@ -140,56 +140,97 @@ def _auroc_fn(threshold: float, item: str = "spans") -> Callable[[np.ndarray, np
     return auroc
 
 
-def _mae(y: np.ndarray, s: np.ndarray) -> float:
+def _mae(y: np.ndarray, s: np.ndarray, g=None) -> float:
     _need(len(y), 1)
     return float(mean_absolute_error(y, s))
 
 
-def _spearman(y: np.ndarray, s: np.ndarray) -> float:
+def _spearman(y: np.ndarray, s: np.ndarray, g=None) -> float:
     _need(len(y), 2)
     _need_variation(y, s)
     rho, _ = spearmanr(y, s)
     return float(rho)
 
 
-def _pearson(y: np.ndarray, s: np.ndarray) -> float:
+def _pearson(y: np.ndarray, s: np.ndarray, g=None) -> float:
     _need(len(y), 2)
     _need_variation(y, s)
     r, _ = pearsonr(y, s)
     return float(r)
 
 
-def _ece_fn(n_bins: int) -> Callable[[np.ndarray, np.ndarray], float]:
-    def ece(y: np.ndarray, s: np.ndarray) -> float:
+def _ece_fn(n_bins: int) -> Callable[..., float]:
+    def ece(y: np.ndarray, s: np.ndarray, g=None) -> float:
         _need(len(y), 1)
         return expected_calibration_error(y, s, n_bins)
     return ece
 
 
-def _always_undefined(reason: str) -> Callable[[np.ndarray, np.ndarray], float]:
-    def fn(y: np.ndarray, s: np.ndarray) -> float:
+def _pair_accuracy_fn(min_gap: float) -> Callable[..., float]:
+    """Within-answer pairwise ranking accuracy.
+
+    Over every pair (i, j) of spans of the same response whose labels differ by at
+    least ``min_gap`` (|u*_i − u*_j| ≥ 0.3 by default), the share that the scores
+    order the same way; a tie in the scores counts 1/2.  A method that gives every
+    span of an answer one score (a broadcast sequence score) gets exactly 0.5: this
+    is what "which part of the answer is wrong" asks, and AUROC over all spans of a
+    split does not (it also rewards telling answers apart).
+    """
+    def pair_accuracy(y: np.ndarray, s: np.ndarray, g=None) -> float:
+        if g is None:
+            raise Undefined("needs the response of each span")
+        ok, n = _pair_counts(y, s, np.asarray(g), min_gap)
+        if n == 0:
+            raise Undefined(f"no within-answer pair with |Δu*| >= {min_gap:g}")
+        return ok / n
+    return pair_accuracy
+
+
+def _pair_counts(y: np.ndarray, s: np.ndarray, g: np.ndarray, min_gap: float) -> tuple[float, int]:
+    """(concordant pairs + ties/2, pairs) over within-group pairs with |Δu*| ≥ min_gap."""
+    _, inverse = np.unique(g.astype(str), return_inverse=True)
+    ok, n = 0.0, 0
+    for k in range(inverse.max() + 1 if len(inverse) else 0):
+        idx = np.flatnonzero(inverse == k)
+        if len(idx) < 2:
+            continue
+        dy = y[idx][:, None] - y[idx][None, :]
+        ds = s[idx][:, None] - s[idx][None, :]
+        sel = np.triu(np.abs(dy) >= min_gap, 1)
+        n += int(sel.sum())
+        ok += float((np.sign(dy[sel]) == np.sign(ds[sel])).sum() + 0.5 * (ds[sel] == 0).sum())
+    return ok, n
+
+
+def _always_undefined(reason: str) -> Callable[..., float]:
+    def fn(y: np.ndarray, s: np.ndarray, g=None) -> float:
         raise Undefined(reason)
     return fn
 
 
 # ---------------------------------------------------------------- cluster bootstrap
 
-def _resample_indices(groups: np.ndarray | None, n: int, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
-    """Item indices of ``n_resamples`` cluster-bootstrap resamples (groups drawn with replacement).
+def _resample_indices(groups: np.ndarray | None, n: int, n_resamples: int, seed: int
+                      ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """``(item indices, draw ids)`` of ``n_resamples`` cluster-bootstrap resamples.
 
-    ``groups=None`` treats every item as its own cluster (the plain bootstrap).
+    Groups are drawn with replacement; ``draw ids`` number the draws, so a response
+    drawn twice is two clusters (within-response pairs never cross copies).
+    ``groups=None`` treats every item as its own cluster (the plain bootstrap; draw ids None).
     """
     rng = np.random.default_rng(seed)
     if groups is None:
         for _ in range(n_resamples):
-            yield rng.integers(0, n, size=n)
+            yield rng.integers(0, n, size=n), None
         return
     _, inverse = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)
     order = np.argsort(inverse, kind="stable")
     members = np.split(order, np.cumsum(np.bincount(inverse))[:-1])
     for _ in range(n_resamples):
         picks = rng.integers(0, len(members), size=len(members))
-        yield np.concatenate([members[g] for g in picks])
+        idx = np.concatenate([members[g] for g in picks])
+        draws = np.repeat(np.arange(len(picks)), [len(members[g]) for g in picks])
+        yield idx, draws
 
 
 def _percentile_ci(values: list[float]) -> list[float] | None:
@@ -206,17 +247,17 @@ def _evaluate(fns: dict[str, Callable], y: np.ndarray, s: np.ndarray, bootstrap:
     out: dict[str, dict] = {}
     for name, fn in fns.items():
         try:
-            out[name] = defined(fn(y, s))
+            out[name] = defined(fn(y, s, groups))
         except Undefined as e:
             out[name] = undefined(str(e))
     if bootstrap <= 0:
         return out
     live = [k for k in fns if out[k]["value"] is not None]
     samples: dict[str, list[float]] = {k: [] for k in live}
-    for idx in _resample_indices(groups, len(y), bootstrap, seed):
+    for idx, draws in _resample_indices(groups, len(y), bootstrap, seed):
         for k in live:
             try:
-                v = fns[k](y[idx], s[idx])
+                v = fns[k](y[idx], s[idx], draws)
             except Undefined:
                 continue
             if math.isfinite(v):
@@ -242,17 +283,23 @@ def _bootstrap_info(bootstrap: int, seed: int, unit: str) -> dict:
 # ---------------------------------------------------------------- span level
 
 def span_metrics(u_true, u_pred, positive_threshold: float = 0.5, ece_bins: int = 10,
-                 temperature: float | None = None, bootstrap: int = 0, groups=None, seed: int = 0) -> dict:
-    """AUROC, MAE, Spearman ρ_s, Pearson r and ECE of scores ``û`` against soft labels ``u*``.
+                 temperature: float | None = None, bootstrap: int = 0, groups=None, seed: int = 0,
+                 pair_gap: float = 0.3, u_raw=None) -> dict:
+    """AUROC, MAE, Spearman ρ_s, Pearson r, ECE and within-answer pair accuracy of
+    scores ``û`` against soft labels ``u*``.
 
     AUROC and the correlations accept any real scores (e.g. entropies); MAE and ECE
     need ``û ∈ [0, 1]`` and are reported undefined otherwise (never clipped).
-    ``temperature``: a T fitted on dev; adds ``ece_cal`` (ECE of σ(logit(û)/T)) and
-    ``temperature``.  ``bootstrap`` > 0 adds 95% percentile CIs from a cluster
-    bootstrap over ``groups`` (the response id of each span; None → per span).
+    ``groups`` (the response id of each span) adds ``pair_accuracy`` over pairs of
+    one response with |Δu*| ≥ ``pair_gap`` and makes the bootstrap a cluster
+    bootstrap over responses.  ``temperature``: a T fitted on dev; adds ``ece_cal``
+    (ECE of σ(logit(û)/T)) and ``temperature``.  ``u_raw``: the uncalibrated scores
+    of a method whose ``û`` is already calibrated; adds ``ece_raw``.  ``bootstrap``
+    > 0 adds 95% percentile CIs.
 
-    Returns ``{"n", "n_pos", ["n_groups"], "auroc", "mae", "spearman", "pearson",
-    "ece", ["ece_cal", "temperature"], ["bootstrap"]}``, metrics as in the module docstring.
+    Returns ``{"n", "n_pos", ["n_groups", "n_pairs"], "auroc", "mae", "spearman",
+    "pearson", "ece", ["ece_raw"], ["ece_cal", "temperature"], ["pair_accuracy"],
+    ["bootstrap"]}``, metrics as in the module docstring.
     """
     y, s = _paired(u_true, u_pred)
     g = _check_groups(groups, len(y))
@@ -268,16 +315,23 @@ def span_metrics(u_true, u_pred, positive_threshold: float = 0.5, ece_bins: int 
     out: dict = {"n": int(len(y)), "n_pos": int((y >= positive_threshold).sum())}
     if g is not None:
         out["n_groups"] = int(len(set(map(str, g))))
+        out["n_pairs"] = _pair_counts(y, s, g, pair_gap)[1]
+        fns["pair_accuracy"] = _pair_accuracy_fn(pair_gap)
     if temperature is not None:
         out["temperature"] = float(temperature)
         out.update(_evaluate({"ece_cal": _ece_fn(ece_bins) if why is None else _always_undefined(why)},
                              y, apply_temperature(scores, temperature) if why is None else s,
                              bootstrap, g, seed))
+    if u_raw is not None:
+        _, raw = _paired(u_true, u_raw)
+        raw_unit, why_raw = _unit_scores(raw)
+        out.update(_evaluate({"ece_raw": _ece_fn(ece_bins) if why_raw is None else _always_undefined(why_raw)},
+                             y, raw_unit if why_raw is None else raw, bootstrap, g, seed))
     out.update(_evaluate(fns, y, scores, bootstrap, g, seed))
     if bootstrap > 0:
         out["bootstrap"] = _bootstrap_info(bootstrap, seed, "response" if g is not None else "span")
-    return _order(out, ["n", "n_pos", "n_groups", "auroc", "mae", "spearman", "pearson", "ece", "ece_cal",
-                        "temperature", "bootstrap"])
+    return _order(out, ["n", "n_pos", "n_groups", "n_pairs", "auroc", "mae", "spearman", "pearson", "ece",
+                        "ece_raw", "ece_cal", "temperature", "pair_accuracy", "bootstrap"])
 
 
 def _order(d: dict, keys: list[str]) -> dict:
@@ -357,7 +411,7 @@ def _counts_detection(matched: np.ndarray, n_pred: np.ndarray, n_gt: np.ndarray,
     if bootstrap > 0:
         live = [k for k in fns if out[k]["value"] is not None]
         samples: dict[str, list[float]] = {k: [] for k in live}
-        for idx in _resample_indices(None, len(matched), bootstrap, seed):
+        for idx, _ in _resample_indices(None, len(matched), bootstrap, seed):
             for k in live:
                 try:
                     samples[k].append(fns[k](matched[idx], n_pred[idx], n_gt[idx]))
@@ -404,159 +458,15 @@ def detection_metrics(pred_spans: Sequence, gt_spans: Sequence, iou_threshold: f
     return _counts_detection(np.array(m), np.array(p), np.array(g), ious, bootstrap, seed)
 
 
-# ---------------------------------------------------------------- probe predictions
-
-def _example_u_seq(example) -> float | None:
-    """Ground-truth sequence uncertainty: ``example.u_seq``, else the mean span u*, else None."""
-    if example.u_seq is not None:
-        return float(example.u_seq)
-    u = _to_numpy(example.u).ravel()
-    return float(u.mean()) if u.size else None
+_MOVED = {"evaluate_predictions": "scoring", "matched_pairs": "scoring", "oracle_span_metrics": "scoring",
+          "span_level_metrics": "scoring", "all_span_scores": "scoring", "format_table": "table"}
 
 
-def _kept(pred: dict, validity_threshold: float) -> tuple[np.ndarray, np.ndarray]:
-    spans = _to_numpy(pred["spans"], np.int64).reshape(-1, 2)
-    u = _to_numpy(pred["u"]).ravel()
-    keep = _to_numpy(pred["validity"]).ravel() >= validity_threshold
-    return spans[keep], u[keep]
+def __getattr__(name: str):
+    """The scoring rules live in scoring.py and the table in table.py; they are importable from
+    here too (lazily: scoring.py imports this module)."""
+    if name in _MOVED:
+        from importlib import import_module
 
-
-def _check_aligned(preds: list[dict], examples: list) -> None:
-    if len(preds) != len(examples):
-        raise ValueError(f"{len(preds)} predictions for {len(examples)} examples")
-    for p, e in zip(preds, examples):
-        if "prompt_id" in p and p["prompt_id"] != e.prompt_id:
-            raise ValueError(f"prediction for {p['prompt_id']!r} is aligned with example {e.prompt_id!r}")
-
-
-def matched_pairs(preds: list[dict], examples: list, cfg) -> dict:
-    """Match each response's kept predictions (validity ≥ cfg.validity_threshold) to its GT spans.
-
-    Returns ``{"u_true", "u_pred", "groups"}`` over matched pairs (u* of the GT span,
-    û of its prediction, prompt id) and per-response ``matched``, ``n_pred``,
-    ``n_gt`` counts and the matched ``ious``.  ``fit_temperature(r["u_true"],
-    r["u_pred"])`` on dev gives the temperature for test.
-    """
-    _check_aligned(preds, examples)
-    ut, up, grp, ious, m, p, g = [], [], [], [], [], [], []
-    for pred, ex in zip(preds, examples):
-        spans, u = _kept(pred, cfg.validity_threshold)
-        gt, u_star = _to_numpy(ex.spans, np.int64).reshape(-1, 2), _to_numpy(ex.u).ravel()
-        pairs = match_spans(spans, gt, cfg.iou_threshold)
-        for pi, gi, iou in pairs:
-            ut.append(u_star[gi])
-            up.append(u[pi])
-            grp.append(ex.prompt_id)
-            ious.append(iou)
-        m.append(len(pairs))
-        p.append(len(spans))
-        g.append(len(gt))
-    return {"u_true": np.array(ut, dtype=np.float64), "u_pred": np.array(up, dtype=np.float64),
-            "groups": grp, "ious": ious, "matched": np.array(m, dtype=np.int64),
-            "n_pred": np.array(p, dtype=np.int64), "n_gt": np.array(g, dtype=np.int64)}
-
-
-def _sequence_from(examples: list, seq_preds: list[float | None], cfg, bootstrap: int) -> dict:
-    yt, yp = [], []
-    for ex, s in zip(examples, seq_preds):
-        t = _example_u_seq(ex)
-        if t is None or s is None:
-            continue
-        yt.append(t)
-        yp.append(float(s))
-    return sequence_metrics(yt, yp, cfg.seq_positive_threshold, bootstrap, cfg.seed)
-
-
-def evaluate_predictions(preds: list[dict], examples: list, cfg, bootstrap: int = 0,
-                         temperature: float | None = None) -> dict:
-    """All metrics of probe predictions (``predict_examples`` output, aligned with ``examples``).
-
-    Span metrics over matched (GT, prediction) pairs, clustered by prompt id;
-    detection over kept predictions (responses with no GT count their predictions
-    as false positives); sequence metrics over responses with a defined ``u*_seq``.
-    ``cfg`` is an ``EvaluateConfig``.  Returns
-    ``{"n_responses", "span": span_metrics(...), "detection": detection counts/P/R/F1,
-    "sequence": sequence_metrics(...), "coverage": matched GT / all GT (a metric dict)}``.
-    """
-    r = matched_pairs(preds, examples, cfg)
-    span = span_metrics(r["u_true"], r["u_pred"], cfg.positive_threshold, cfg.ece_bins, temperature,
-                        bootstrap, r["groups"], cfg.seed)
-    detection = _counts_detection(r["matched"], r["n_pred"], r["n_gt"], r["ious"], bootstrap, cfg.seed)
-    detection["iou_threshold"] = float(cfg.iou_threshold)
-    detection["validity_threshold"] = float(cfg.validity_threshold)
-    sequence = _sequence_from(examples, [p.get("u_seq") for p in preds], cfg, bootstrap)
-    n_gt = int(r["n_gt"].sum())
-    coverage = defined(r["matched"].sum() / n_gt) if n_gt else undefined("no ground-truth spans")
-    return {"n_responses": len(examples), "span": span, "detection": detection, "sequence": sequence,
-            "coverage": coverage}
-
-
-def oracle_span_metrics(scores_per_example: list, examples: list, cfg, bootstrap: int = 0,
-                        temperature: float | None = None) -> dict:
-    """Metrics of a baseline that scores the ground-truth spans directly (oracle boundaries).
-
-    ``scores_per_example[i]`` holds one score per GT span of ``examples[i]``.  Span
-    metrics over all GT spans (clustered by prompt id); sequence metrics with
-    ``û_seq`` = mean of the response's span scores (responses without spans are
-    skipped).  Returns ``{"n_responses", "span", "sequence"}``.
-    """
-    if len(scores_per_example) != len(examples):
-        raise ValueError(f"{len(scores_per_example)} score arrays for {len(examples)} examples")
-    ut, up, grp, seq_pred = [], [], [], []
-    for sc, ex in zip(scores_per_example, examples):
-        sc, u_star = _to_numpy(sc).ravel(), _to_numpy(ex.u).ravel()
-        if sc.shape != u_star.shape:
-            raise ValueError(f"{ex.prompt_id}: {sc.size} scores for {u_star.size} ground-truth spans")
-        ut.append(u_star)
-        up.append(sc)
-        grp += [ex.prompt_id] * len(sc)
-        seq_pred.append(float(sc.mean()) if sc.size else None)
-    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
-    span = span_metrics(cat(ut), cat(up), cfg.positive_threshold, cfg.ece_bins, temperature,
-                        bootstrap, grp, cfg.seed)
-    sequence = _sequence_from(examples, seq_pred, cfg, bootstrap)
-    return {"n_responses": len(examples), "span": span, "sequence": sequence}
-
-
-# ---------------------------------------------------------------- table
-
-_COLUMNS = [("AUROC", "span", "auroc"), ("MAE", "span", "mae"), ("ρ_s", "span", "spearman"),
-            ("Pearson", "span", "pearson"), ("ECE", "span", "ece"), ("F1", "detection", "f1"),
-            ("seq ρ", "sequence", "spearman"), ("seq AUROC@0.3", "sequence", "auroc@")]
-
-
-def _cell(m) -> str:
-    """``0.812 [0.77, 0.85]``, ``0.812`` without a CI, ``n/a`` when undefined or missing."""
-    v = metric_value(m)
-    if v is None:
-        return "n/a"
-    ci = m.get("ci") if isinstance(m, dict) else None
-    return f"{v:.3f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{v:.3f}"
-
-
-def _lookup(row: dict, section: str, key: str):
-    if "span" not in row and section == "span":
-        row = {"span": row}  # a bare span_metrics dict
-    sec = row.get(section) or {}
-    if key.endswith("@"):
-        key = next((k for k in sec if k.startswith(key)), key)
-    return sec.get(key)
-
-
-def format_table(rows: dict[str, dict]) -> str:
-    """Plain-text table: one row per method (an ``evaluate_predictions``-shaped dict, or a
-    bare ``span_metrics`` dict), columns AUROC, MAE, ρ_s, Pearson, ECE, F1, seq ρ, seq AUROC@0.3."""
-    header = ["method"] + [_seq_auroc_header(rows) if key == "auroc@" else name for name, _, key in _COLUMNS]
-    body = [[str(method)] + [_cell(_lookup(row, sec, key)) for _, sec, key in _COLUMNS]
-            for method, row in rows.items()]
-    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in body])
-
-
-def _seq_auroc_header(rows: dict[str, dict]) -> str:
-    for row in rows.values():
-        for k in (row.get("sequence") or {}):
-            if k.startswith("auroc@"):
-                return "seq AUROC" + k[len("auroc"):]
-    return "seq AUROC@0.3"
+        return getattr(import_module(f"{__package__}.{_MOVED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

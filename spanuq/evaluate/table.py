@@ -8,9 +8,56 @@ import sys
 from pathlib import Path
 
 from ..io import read_json
-from .metrics import format_table
+from .metrics import metric_value
 
-META_KEYS = {"backbone", "split", "n_responses", "n_spans", "probe"}
+# headline span metrics are over every labelled span; "matched" columns only over the
+# labelled spans a method detected (IoU ≥ 0.3), beside how many that was (coverage)
+_COLUMNS = [("AUROC", "span", "auroc"), ("pair acc", "span", "pair_accuracy"), ("MAE", "span", "mae"),
+            ("ρ_s", "span", "spearman"), ("ECE", "span", "ece"), ("F1", "detection", "f1"),
+            ("coverage", None, "coverage"), ("AUROC matched", "span_matched", "auroc"),
+            ("seq ρ", "sequence", "spearman"), ("seq AUROC@0.3", "sequence", "auroc@")]
+
+
+def _cell(m) -> str:
+    """``0.812 [0.77, 0.85]``, ``0.812`` without a CI, ``n/a`` when undefined or missing."""
+    v = metric_value(m)
+    if v is None:
+        return "n/a"
+    ci = m.get("ci") if isinstance(m, dict) else None
+    return f"{v:.3f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{v:.3f}"
+
+
+def _lookup(row: dict, section: str | None, key: str):
+    if section is None:
+        return row.get(key)
+    if "span" not in row and section == "span":
+        row = {"span": row}  # a bare span_metrics dict
+    sec = row.get(section) or {}
+    if key.endswith("@"):
+        key = next((k for k in sec if k.startswith(key)), key)
+    return sec.get(key)
+
+
+def format_table(rows: dict[str, dict]) -> str:
+    """Plain-text table: one row per method (an ``evaluate_predictions``-shaped dict, or a
+    bare ``span_metrics`` dict), columns as in ``_COLUMNS``; ``n/a`` where a method has no such number."""
+    header = ["method"] + [_seq_auroc_header(rows) if key == "auroc@" else name for name, _, key in _COLUMNS]
+    body = [[str(method)] + [_cell(_lookup(row, sec, key)) for _, sec, key in _COLUMNS]
+            for method, row in rows.items()]
+    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in body])
+
+
+def _seq_auroc_header(rows: dict[str, dict]) -> str:
+    for row in rows.values():
+        for k in (row.get("sequence") or {}):
+            if k.startswith("auroc@"):
+                return "seq AUROC" + k[len("auroc"):]
+    return "seq AUROC@0.3"
+
+
+META_KEYS = {"backbone", "split", "n_responses", "n_spans", "probe", "floors"}
 
 
 def main(argv: list[str] | None = None) -> int:

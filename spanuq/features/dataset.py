@@ -71,12 +71,13 @@ def collate(examples: list[ResponseExample]) -> Batch:
     return Batch(h, ent, mask, lengths, targets, examples)
 
 
-def load_examples(features_dir, labels_path, splits: tuple[str, ...] | None = None,
-                  include_unlabeled: bool = False) -> list[ResponseExample]:
+def load_examples(features_dir, labels_path, splits: tuple[str, ...] | None = None) -> list[ResponseExample]:
     """Join label records with stored features into `ResponseExample`s.
 
-    Responses whose labelling failed (status error/empty) are skipped; answers with
-    no claims are kept only with `include_unlabeled` (they teach "no span here").
+    Only labelled answers (status ``ok``) are loaded: an answer whose claims could not
+    be found or placed is no evidence that it has none, so it is never taught as
+    "no span here".  ``meta["unplaced"]`` counts an answer's claims that could not be
+    placed on tokens (training leaves such answers out).
     """
     from ..io import read_records
     from ..records import LabeledResponse
@@ -87,7 +88,7 @@ def load_examples(features_dir, labels_path, splits: tuple[str, ...] | None = No
     for rec in read_records(labels_path, LabeledResponse):
         if splits and rec.split not in splits:
             continue
-        if rec.status != "ok" and not (include_unlabeled and rec.status == "no_claims"):
+        if rec.status != "ok":
             continue
         if rec.prompt_id not in store:
             raise KeyError(f"no features for {rec.prompt_id}; re-run `spanuq extract`")
@@ -97,5 +98,5 @@ def load_examples(features_dir, labels_path, splits: tuple[str, ...] | None = No
         spans = torch.tensor([[s.tok_start, s.tok_end] for s in rec.spans], dtype=torch.long).reshape(-1, 2)
         u = torch.tensor([s.u for s in rec.spans], dtype=torch.float32)
         out.append(ResponseExample(rec.prompt_id, rec.domain, rec.split, it.h, it.entropy, it.token_ids.tolist(),
-                                   spans, u, rec.u_seq, rec.response))
+                                   spans, u, rec.u_seq, rec.response, {"unplaced": rec.unplaced}))
     return out

@@ -24,10 +24,14 @@ class ServerGenerator:
         self.model = g.server_model or (models[0] if models else "default")
 
     def _complete(self, prompt: str, n: int, temperature: float, seed: int) -> list[Completion]:
+        budget = self.cfg.max_new_tokens if temperature == 0 else (self.cfg.sample_max_new_tokens
+                                                                   or self.cfg.max_new_tokens)
         payload = {
-            "model": self.model, "prompt": prompt, "max_tokens": self.cfg.max_new_tokens,
+            "model": self.model, "prompt": prompt, "max_tokens": budget,
             "temperature": temperature, "n": n, "seed": seed,
         }
+        if self.cfg.stop:
+            payload["stop"] = list(self.cfg.stop)
         if temperature > 0:
             payload["top_p"] = self.cfg.top_p
         data = self.client.post("completions", payload)

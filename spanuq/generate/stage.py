@@ -37,6 +37,8 @@ def decoding_settings(cfg: Config) -> dict:
     return {
         "backend": g.backend, "n_samples": g.n_samples, "max_new_tokens": g.max_new_tokens,
         "temperature": g.temperature, "top_p": g.top_p, "greedy_temperature": 0.0,
+        **({"sample_max_new_tokens": g.sample_max_new_tokens} if g.sample_max_new_tokens else {}),
+        **({"stop": "|".join(g.stop)} if g.stop else {}),
     }
 
 

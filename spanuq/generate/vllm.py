@@ -26,13 +26,14 @@ class VLLMGenerator:
         return Completion(o.text.strip(), "length" if o.finish_reason == "length" else "stop")
 
     def greedy(self, prompts: list[str]) -> list[Completion]:
-        sp = self._SamplingParams(temperature=0.0, max_tokens=self.cfg.max_new_tokens)
+        sp = self._SamplingParams(temperature=0.0, max_tokens=self.cfg.max_new_tokens, stop=self.cfg.stop or None)
         return [self._completion(r.outputs[0]) for r in self.llm.generate(prompts, sp, use_tqdm=False)]
 
     def sample(self, prompts: list[str], n: int, seeds: list[int]) -> list[list[Completion]]:
         sps = [
             self._SamplingParams(n=n, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
-                                 max_tokens=self.cfg.max_new_tokens, seed=s)
+                                 max_tokens=self.cfg.sample_max_new_tokens or self.cfg.max_new_tokens, seed=s,
+                                 stop=self.cfg.stop or None)
             for s in seeds
         ]
         res = self.llm.generate(prompts, sps, use_tqdm=False)

@@ -1,6 +1,6 @@
 """Cross-sample alignment (paper App. D.2, Stage 4): is a claim of the greedy answer also made in sample s?
 
-Two aligners share one interface, ``scores(claims, candidates) -> [len(claims), len(candidates)]``
+Aligners share one interface, ``scores(claims, candidates, context="") -> [len(claims), len(candidates)]``
 in [0, 1], and a ``threshold`` above which a pair counts as equivalent:
 
 * `EmbeddingAligner`: cosine similarity of sentence embeddings.  The offline
@@ -9,6 +9,12 @@ in [0, 1], and a ``threshold`` above which a pair counts as equivalent:
 * `NLIAligner`: P(entailment) of "candidate ⊨ claim" from an NLI cross-encoder
   (``AutoModelForSequenceClassification``; the entailment class is read from the
   model's ``label2id``, never assumed), e.g. ``microsoft/deberta-large-mnli``.
+* `KeyTermAligner`: wraps an aligner and zeroes every pair whose key terms
+  disagree (`terms.terms_agree`).  Embedding similarity cannot see a
+  contradiction — "the capital is Canberra" and "the capital is Sydney" have
+  cosine 0.88, "born 1879" and "born 1880" 0.94 — so the embedding default is
+  always wrapped; NLI models judge contradiction themselves.  ``context`` (the
+  prompt) exempts the terms the user already named.
 """
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ log = logging.getLogger(__name__)
 class Aligner(Protocol):
     threshold: float
 
-    def scores(self, claims: list[str], candidates: list[str]) -> np.ndarray: ...
+    def scores(self, claims: list[str], candidates: list[str], context: str = "") -> np.ndarray: ...
 
 
 def _device(device: str) -> str:
@@ -65,7 +71,7 @@ class EmbeddingAligner:
         return np.asarray(self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
                                             convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
 
-    def scores(self, claims: list[str], candidates: list[str]) -> np.ndarray:
+    def scores(self, claims: list[str], candidates: list[str], context: str = "") -> np.ndarray:
         if not claims or not candidates:
             return np.zeros((len(claims), len(candidates)), dtype=np.float32)
         emb = self.encode(list(claims) + list(candidates))
@@ -113,7 +119,7 @@ class NLIAligner:
             out.append(torch.softmax(logits, dim=-1)[:, self.entail].cpu().numpy())
         return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
-    def scores(self, claims: list[str], candidates: list[str]) -> np.ndarray:
+    def scores(self, claims: list[str], candidates: list[str], context: str = "") -> np.ndarray:
         if not claims or not candidates:
             return np.zeros((len(claims), len(candidates)), dtype=np.float32)
         prem = [c for _ in claims for c in candidates]
@@ -121,5 +127,35 @@ class NLIAligner:
         return self.entailment(prem, hyp).reshape(len(claims), len(candidates))
 
 
+class KeyTermAligner:
+    """``base`` scores, zeroed where the claim's numbers, dates or names are missing from the candidate."""
+
+    def __init__(self, base: Aligner, nlp):
+        self.base, self.nlp = base, nlp
+        self.threshold = base.threshold
+
+    def scores(self, claims: list[str], candidates: list[str], context: str = "",
+               terms: list[tuple[str, ...] | None] | None = None) -> np.ndarray:
+        """``terms[k]``: the key terms claim k must find in a candidate (None: those of its text)."""
+        from .terms import TextIndex, key_terms, terms_agree
+
+        s = np.array(self.base.scores(claims, candidates, context), dtype=np.float32, copy=True)
+        if not claims or not candidates:
+            return s
+        given = terms or [None] * len(claims)
+        todo = [k for k, tk in enumerate(given) if tk is None]
+        found = dict(zip(todo, (key_terms(doc, context) for doc in self.nlp.pipe([claims[k] for k in todo]))))
+        terms = [found.get(k, tk) for k, tk in enumerate(given)]
+        index = [TextIndex(c) for c in candidates]
+        for k, tk in enumerate(terms):
+            if tk:
+                s[k] *= np.array([terms_agree(tk, ix) for ix in index], dtype=np.float32)
+        return s
+
+
 def make_aligner(cfg: LabelConfig) -> Aligner:
-    return NLIAligner.from_config(cfg) if cfg.alignment == "nli" else EmbeddingAligner.from_config(cfg)
+    if cfg.alignment == "nli":
+        return NLIAligner.from_config(cfg)
+    from .units import load_spacy
+
+    return KeyTermAligner(EmbeddingAligner.from_config(cfg), load_spacy(cfg.spacy_model))

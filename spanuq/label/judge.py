@@ -8,9 +8,14 @@ logged or written) and adds what a judge needs on top:
   schema; a malformed answer is sent back to the judge together with the
   validation error, up to ``max_format_retries`` times, and then recorded as a
   `JudgeFailure` (never an exception that loses the rest of the batch);
+* an answer cut off by ``max_tokens`` (``finish_reason == "length"``) is asked
+  again with twice the budget, up to ``max_tokens_cap``; still cut off, it is a
+  ``truncated`` failure (the decomposer then splits the answer by sentence);
 * an on-disk `ItemCache` keyed by (model, template name + version, input), so a
   re-run makes zero calls.  At temperature 0 a format failure is cached too (the
-  judge would answer the same again); transport and HTTP failures never are;
+  judge would answer the same again); a *transient* failure — timeouts, 429 / 5xx
+  or a non-JSON reply after every retry, an empty reply — never is: it raises a
+  `JudgeFailure` with ``transient=True`` and the next run asks again;
 * bounded concurrency (`ask_many`, a thread pool of ``concurrency`` workers);
 * counters for the run report (`JudgeStats`).
 
@@ -55,7 +60,20 @@ class Template(Generic[T]):
 
 
 class JudgeFailure(Exception):
-    """A judge request that gave no valid answer (format retries ran out, or an HTTP error)."""
+    """A judge request that gave no valid answer.
+
+    ``kind``: ``format`` (no valid JSON after the format retries), ``truncated`` (cut
+    off even at the largest budget), ``http`` (a non-retryable HTTP error),
+    ``transient`` (retries ran out on timeouts / 429 / 5xx / non-JSON, or the reply
+    was empty).  Only a transient failure may go away by itself."""
+
+    def __init__(self, message: str, kind: str = "format"):
+        super().__init__(message)
+        self.kind = kind
+
+    @property
+    def transient(self) -> bool:
+        return self.kind == "transient"
 
 
 @dataclass
@@ -68,7 +86,10 @@ class JudgeStats:
     format_errors: int = 0  # answers that failed JSON/schema validation (each one)
     format_retries: int = 0  # re-asks with the validation error fed back
     format_failures: int = 0  # requests that never became valid
-    http_failures: int = 0  # requests lost to non-retryable HTTP errors / exhausted retries
+    http_failures: int = 0  # requests lost to non-retryable HTTP errors
+    transient_failures: int = 0  # requests lost to exhausted retries or empty replies (not cached)
+    truncated: int = 0  # replies cut off by max_tokens (each one)
+    truncated_failures: int = 0  # requests still cut off at max_tokens_cap
     http_retries: int = 0  # back-off retries inside OpenAIClient
 
     def as_dict(self) -> dict[str, int]:
@@ -153,9 +174,10 @@ class Judge:
             for k, v in deltas.items():
                 setattr(self.stats, k, getattr(self.stats, k) + v)
 
-    def _chat(self, messages: list[dict], schema: type[BaseModel]) -> str:
+    def _chat(self, messages: list[dict], schema: type[BaseModel], max_tokens: int) -> tuple[str, str]:
+        """(content, finish_reason) of one chat completion."""
         payload: dict[str, Any] = {"model": self.cfg.model, "messages": messages,
-                                   "temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens}
+                                   "temperature": self.cfg.temperature, "max_tokens": max_tokens}
         fmt = self._response_format(schema)
         if fmt is not None:
             payload["response_format"] = fmt
@@ -168,9 +190,10 @@ class Judge:
         self._count(calls=1, prompt_tokens=int(usage.get("prompt_tokens") or 0),
                     completion_tokens=int(usage.get("completion_tokens") or 0))
         try:
-            return data["choices"][0]["message"]["content"] or ""
+            choice = data["choices"][0]
+            return choice["message"]["content"] or "", str(choice.get("finish_reason") or "stop")
         except (KeyError, IndexError, TypeError):
-            return ""
+            return "", "stop"
 
     def ask(self, template: Template[T], **inputs: Any) -> T:
         """The validated answer; `JudgeFailure` when none; `EndpointUnreachable` propagates."""
@@ -187,16 +210,27 @@ class Judge:
         schema_text = json.dumps(template.schema.model_json_schema(), separators=(",", ":"))
         messages = template.messages(inputs)
         error = ""
-        for attempt in range(self.cfg.max_format_retries + 1):
-            if attempt:
-                self._count(format_retries=1)
+        budget = self.cfg.max_tokens
+        attempt = 0
+        while attempt <= self.cfg.max_format_retries:
             try:
-                text = self._chat(messages, template.schema)
+                text, finish = self._chat(messages, template.schema, budget)
             except EndpointUnreachable:
                 raise
             except EndpointError as e:
-                self._count(http_failures=1)
-                raise JudgeFailure(f"{template.name}: {e}") from None
+                kind = "transient" if e.transient else "http"
+                self._count(**{f"{kind}_failures": 1})
+                raise JudgeFailure(f"{template.name}: {e}", kind) from None
+            if finish == "length":
+                self._count(truncated=1)
+                if budget < self.cfg.max_tokens_cap:
+                    budget = min(2 * budget, self.cfg.max_tokens_cap)
+                    continue  # the same question with a larger budget; not a format retry
+                self._count(truncated_failures=1)
+                raise JudgeFailure(f"{template.name}: the reply was cut off at max_tokens={budget}", "truncated")
+            if not text.strip():
+                self._count(transient_failures=1)
+                raise JudgeFailure(f"{template.name}: the judge returned an empty reply", "transient")
             try:
                 answer = _parse(text, template.schema)
             except ValueError as e:
@@ -204,6 +238,9 @@ class Judge:
                 error = str(e)
                 messages = messages + [{"role": "assistant", "content": text[:2000]},
                                        {"role": "user", "content": _RETRY_MESSAGE.format(error=error, schema=schema_text)}]
+                attempt += 1
+                if attempt <= self.cfg.max_format_retries:
+                    self._count(format_retries=1)
                 continue
             if self.cache is not None:
                 self.cache.put(key, {"answer": answer.model_dump(mode="json")})
@@ -213,7 +250,7 @@ class Judge:
                    f"(last error: {error})")
         if self.cache is not None and self.cfg.temperature == 0:
             self.cache.put(key, {"failure": message})
-        raise JudgeFailure(message)
+        raise JudgeFailure(message, "format")
 
     def ask_many(self, template: Template[T], inputs: list[dict[str, Any]]) -> list[T | JudgeFailure]:
         """`ask` over many inputs with at most ``concurrency`` requests in flight, order kept.

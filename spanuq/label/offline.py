@@ -6,18 +6,28 @@ and no Wikipedia dump.  For one greedy answer with S samples:
 1. **Claims** — `units.extract_units`: spaCy finds clauses and, in each, the
    anchors of atomic claims (entities, dates, numbers, one noun chunk).  The
    anchor's characters are the span; its clause, made self-contained, is the
-   claim text.
+   claim text.  A span that only repeats the prompt ("Marie Curie" for "Who was
+   Marie Curie?") asserts nothing and is dropped (`terms.is_prompt_copy`).
 2. **Alignment + support in sample s** — a claim counts as *made* in sample s by
    two signals: its key terms (the entity / number / chunk) occur in s
    (`terms.TextIndex`), and its claim text is semantically close to some
-   sentence of s (`align.Aligner`, cosine of MiniLM embeddings ≥ threshold by
-   default).  Named and numeric claims hinge on the term:
+   sentence of s whose key terms agree (`align.KeyTermAligner`: MiniLM cosine ≥
+   threshold and the claim's own term — for a chunk claim every number / date /
+   name of its clause — also in that sentence, so "born 1880" never backs
+   "born 1879").  Named and numeric claims hinge on
+   the term:
 
        support_s = 1    term in s and a close sentence in s
                    0.5  term in s but said in another context
                    0    term absent (s names something else, or nothing)
 
    Chunk claims (no entity) count each signal as half: 1 if both, 0.5 if one.
+
+   A sample cut off by the token budget (finish reason ``length``) *abstains* on
+   a claim it does not back and never reached (the claim starts, in the greedy
+   answer, after as many characters as the whole sample has): it had no room to
+   say it, so it is no evidence against it.  A claim on which every sample
+   abstains is dropped.
 3. **Verification against references** (bundled prompts carry acceptable
    answers).  A claim whose anchor matches a reference answer is verified
    correct, so its support stays the sample agreement.  For factoid domains
@@ -28,7 +38,7 @@ and no Wikipedia dump.  For one greedy answer with S samples:
    them — the paper's rule that a claim is supported in sample s only if an
    equivalent claim there is also verified correct.
 
-   u*_k = 1 − (1/S) Σ_s support_s(k)        (paper Eq. 11)
+   u*_k = 1 − mean over voting samples s of support_s(k)        (paper Eq. 11)
 
 What this measures: mostly *self-consistency* (would the model say this again?)
 plus reference checks on the answer slot.  What it misses: a claim the model
@@ -42,12 +52,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import LabelConfig
-from ..records import Claim, Generation, Prompt
+from ..records import Claim, Generation, Prompt, Sample
 from .align import Aligner
-from .terms import TextIndex, numbers_in
+from .terms import TextIndex, is_prompt_copy, numbers_in
 from .units import Unit, extract_units, load_spacy
 
-VERSION = 1  # bump when the rules change: keys the per-item cache
+VERSION = 2  # bump when the rules change: keys the per-item cache
 FACTOID_DOMAINS = {"triviaqa", "longform_qa"}
 
 
@@ -75,6 +85,17 @@ def term_support(unit: Unit, sample: TextIndex, close: bool, min_score: float) -
     if unit.kind in ("entity", "number"):
         return (1.0 if close else 0.5) if present else 0.0
     return 0.5 * present + 0.5 * close
+
+
+def abstains(sample: Sample, claim_start: int) -> bool:
+    """A truncated sample abstains on a claim that starts beyond the length it reached."""
+    return sample.finish_reason == "length" and claim_start >= len(sample.text)
+
+
+def vote(support: list[float], samples: list[Sample], claim_start: int) -> tuple[list[float], int]:
+    """The votes of the samples that do not abstain (module docstring), and the abstentions."""
+    votes = [x for x, s in zip(support, samples) if x > 0 or not abstains(s, claim_start)]
+    return votes, len(support) - len(votes)
 
 
 def _matches(anchor: str, references: list[str], min_score: float) -> bool:
@@ -124,18 +145,25 @@ class OfflineLabeller:
         answer = gen.greedy.text
         if not answer.strip():
             return LabelResult([], "empty")
-        units = extract_units(self.nlp(answer), self.cfg.min_span_chars, self.cfg.max_spans)
+        found = extract_units(self.nlp(answer), self.cfg.min_span_chars, self.cfg.max_spans)
+        units = [u for u in found if not is_prompt_copy(u.anchor, prompt.text, self.cfg.term_min_score)]
+        stats = {"units": len(found), "prompt_copies": len(found) - len(units)}
         if not units:
-            return LabelResult([], "no_claims", stats={"units": 0})
-        samples = [s.text for s in gen.samples if s.finish_reason != "error"]
+            return LabelResult([], "no_claims", stats=stats)
+        gen_samples = [s for s in gen.samples if s.finish_reason != "error"]
+        samples = [s.text for s in gen_samples]
         if not samples:
             return LabelResult([], "error", "every sample failed to generate")
         sentences = split_sentences(self.nlp, samples)
-        close = self._closeness([u.text for u in units], sentences)  # (K, S) bool
+        # a named or numeric claim must find its own term in the sentence; a chunk claim every
+        # number and name of its clause (`KeyTermAligner`)
+        own_terms = [u.terms if u.kind in ("entity", "number") else None for u in units]
+        close = self._closeness([u.text for u in units], sentences, prompt.text, own_terms)  # (K, S) bool
         indexes = [TextIndex(s) for s in samples]
         refs = [r for r in prompt.references if r.strip()] if self.cfg.use_references else []
         verdicts = reference_verdicts(units, answer, prompt, self.cfg.term_min_score) if refs else {}
         claims = []
+        stats.update(abstentions=0, no_votes=0, truncated_samples=sum(s.finish_reason == "length" for s in gen_samples))
         for k, u in enumerate(units):
             verdict = verdicts.get(k)
             if verdict == "mismatch":
@@ -146,21 +174,31 @@ class OfflineLabeller:
             if verdict == "match":  # a sample naming any accepted answer makes the same, correct claim
                 support = [1.0 if any(ix.contains(r, self.cfg.term_min_score) for r in refs) else x
                            for x, ix in zip(support, indexes)]
-            agree = sum(x == 1.0 for x in support)
-            evidence = [f"samples:{agree}/{len(samples)} agree"] + ([f"reference:{verdict}"] if verdict else [])
+            votes, abstained = vote(support, gen_samples, u.start) if verdict != "mismatch" else (support, 0)
+            stats["abstentions"] += abstained
+            if not votes:
+                stats["no_votes"] += 1
+                continue
+            agree = sum(x == 1.0 for x in votes)
+            evidence = ([f"samples:{agree}/{len(votes)} agree"] + ([f"abstained:{abstained}"] if abstained else [])
+                        + ([f"reference:{verdict}"] if verdict else []))
             claims.append(Claim(id=f"{gen.prompt_id}:{k}", prompt_id=gen.prompt_id, text=u.text,
-                                start=u.start, end=u.end, support=support, evidence=evidence))
-        stats = {"units": len(units), "reference_match": sum(v == "match" for v in verdicts.values()),
-                 "reference_mismatch": sum(v == "mismatch" for v in verdicts.values())}
-        return LabelResult(claims, "ok", stats=stats)
+                                start=u.start, end=u.end, support=votes, evidence=evidence))
+        stats.update(reference_match=sum(v == "match" for v in verdicts.values()),
+                     reference_mismatch=sum(v == "mismatch" for v in verdicts.values()))
+        return LabelResult(claims, "ok" if claims else "no_claims", stats=stats)
 
-    def _closeness(self, claims: list[str], sentences: list[list[str]]) -> np.ndarray:
+    def _closeness(self, claims: list[str], sentences: list[list[str]], context: str = "",
+                   terms: list | None = None) -> np.ndarray:
         """(K, S): is some sentence of sample s close to claim k (aligner score ≥ threshold)?"""
         flat = [t for sent in sentences for t in sent]
         out = np.zeros((len(claims), len(sentences)), dtype=bool)
         if not flat:
             return out
-        scores = self.aligner.scores(claims, flat)
+        if terms is not None and hasattr(self.aligner, "nlp"):
+            scores = self.aligner.scores(claims, flat, context, terms)
+        else:
+            scores = self.aligner.scores(claims, flat, context)
         col = 0
         for s, sent in enumerate(sentences):
             if sent:

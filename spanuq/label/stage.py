@@ -7,6 +7,9 @@ manifest when no corpus is configured).
 + plots/label/.  Each answer is labelled once per content hash of (labeller,
 label params, prompt, greedy answer, samples) and cached, so a crash, a judge
 outage or Ctrl-C loses nothing finished; a re-run labels only what is missing.
+An answer whose judge calls failed transiently is not cached: the stage labels
+every other answer, then stops with an error naming the failures, and the next
+run retries only those.
 Splits are assigned here, stratified by domain × u*_seq bin (paper App. D), or
 kept from the prompts stage with ``prompts.split_by: prompts``.
 """
@@ -94,10 +97,19 @@ def open_labeller(cfg: Config, paths: StagePaths) -> Iterator[object]:
         judge.close()
 
 
+class LabelFailures(RuntimeError):
+    """Some answers could not be labelled this run (transient judge failures); nothing was cached for them."""
+
+
 def label_all(cfg: Config, prompts: dict[str, Prompt], gens: list[Generation], labeller,
               cache: ItemCache, progress: bool = True) -> list[LabelResult]:
-    """LabelResult per generation, from the cache or the labeller (each cached as soon as it is done)."""
+    """LabelResult per generation, from the cache or the labeller (each cached as soon as it is done).
+
+    Raises `LabelFailures` after the last answer when some failed transiently."""
+    from .judged import TransientLabelError
+
     out: list[LabelResult] = []
+    failed: list[tuple[str, str]] = []
     bar = tqdm(gens, desc=f"label[{labeller.name}]", unit="answer", disable=not progress)
     for g in bar:
         prompt = prompts.get(g.prompt_id)
@@ -109,14 +121,24 @@ def label_all(cfg: Config, prompts: dict[str, Prompt], gens: list[Generation], l
             try:
                 res = labeller.label(g, prompt)
             except EndpointUnreachable as e:
-                done = len(out)
+                done = len(out) - len(failed)
                 raise RuntimeError(f"{e}. {done} of {len(gens)} answers are labelled and cached; "
                                    "start the judge and re-run to label the rest") from None
+            except TransientLabelError as e:
+                failed.append((g.prompt_id, str(e)))
+                out.append(LabelResult([], "error", str(e)))
+                continue
             hit = {"claims": [c.model_dump(mode="json") for c in res.claims], "status": res.status,
                    "error": res.error, "stats": res.stats}
             cache.put(key, hit)
         out.append(LabelResult([Claim.model_validate(c) for c in hit["claims"]], hit["status"], hit["error"],
                                hit["stats"]))
+    if failed:
+        shown = "; ".join(f"{pid}: {err}" for pid, err in failed[:3])
+        raise LabelFailures(f"{len(failed)} of {len(gens)} answers could not be labelled (transient judge failures, "
+                            f"not cached: {shown}{' ...' if len(failed) > 3 else ''}). The other "
+                            f"{len(gens) - len(failed)} are labelled and cached; re-run `spanuq label` to retry "
+                            "only the failed ones.")
     return out
 
 
@@ -131,7 +153,8 @@ def build_records(gens: list[Generation], prompts: dict[str, Prompt], results: l
         records.append(LabeledResponse(
             prompt_id=g.prompt_id, domain=prompts[g.prompt_id].domain, split="train", response=g.greedy.text,
             n_tokens=len(g.greedy.token_ids), spans=spans,
-            u_seq=sum(s.u for s in spans) / len(spans) if spans else None, status=status, error=res.error))
+            u_seq=sum(s.u for s in spans) / len(spans) if spans else None, status=status, error=res.error,
+            unplaced=lost))
     return records, lost_total
 
 
@@ -171,11 +194,23 @@ def run_label(cfg: Config, progress: bool = True) -> Path:
     for res in results:
         for k, v in res.stats.items():
             stat_sum[k] = stat_sum.get(k, 0) + int(v)
+    gen_samples = [s for g in gens for s in g.samples]
     extra = {"method": cfg.label.method, "claims": sum(len(r.claims) for r in results),
              "claims_not_on_tokens": lost, "labeller": stat_sum,
+             "dropped_prompt_copies": stat_sum.get("prompt_copies", 0),
+             "abstentions": stat_sum.get("abstentions", 0),
+             "truncated": {"greedy": sum(g.greedy.finish_reason == "length" for g in gens),
+                           "greedy_share": round(sum(g.greedy.finish_reason == "length" for g in gens)
+                                                 / max(1, len(gens)), 4),
+                           "samples": sum(s.finish_reason == "length" for s in gen_samples),
+                           "samples_share": round(sum(s.finish_reason == "length" for s in gen_samples)
+                                                  / max(1, len(gen_samples)), 4)},
+             "answers_with_unplaced_claims": sum(r.unplaced > 0 for r in records),
              "cache": {"hits": cache.hits, "misses": cache.misses}, "seconds": round(seconds, 1)}
     if judge_stats is not None:
         extra["judge"] = judge_stats
+        extra["judge_failures"] = {k: judge_stats.get(k, 0) for k in
+                                   ("format_failures", "http_failures", "transient_failures", "truncated_failures")}
     report = label_report(records, cfg.label.uncertainty_bins, extra)
     write_json(paths.label_report, report)
     plot_label_report(records, paths.label_plots, title=f"labels — {cfg.backbone.name} ({cfg.label.method})")

@@ -22,7 +22,8 @@ def save_checkpoint(model: SpanUQProbe, cfg: ProbeConfig, d_model: int, path_dir
                     extra: dict | None = None) -> Path:
     """Write ``path_dir/model.safetensors`` and ``path_dir/config.json``; returns ``path_dir``.
 
-    ``extra`` must be JSON-serialisable (epoch, metrics, backbone name, ...).
+    ``extra`` must be JSON-serialisable (epoch, metrics, backbone name, ...); its
+    ``temperature`` and ``validity_threshold`` are applied by ``load_checkpoint``.
     """
     path = Path(path_dir)
     path.mkdir(parents=True, exist_ok=True)
@@ -43,4 +44,13 @@ def load_checkpoint(path_dir: str | Path, device: str | torch.device = "cpu") ->
     cfg = ProbeConfig.model_validate(meta["probe"])
     model = SpanUQProbe(cfg, meta["d_model"])
     model.load_state_dict(load_file(str(path / WEIGHTS), device=str(device)), strict=True)
+    apply_calibration(model, meta.get("extra", {}))
     return model.to(device).eval(), meta
+
+
+def apply_calibration(model: SpanUQProbe, extra: dict) -> SpanUQProbe:
+    """Attach what was fitted on dev after training: the temperature T of û
+    (``predict`` returns σ(logit(û)/T)) and the validity threshold of kept spans."""
+    model.temperature = float(extra.get("temperature") or 1.0)
+    model.validity_threshold = float(extra.get("validity_threshold") or 0.5)
+    return model
