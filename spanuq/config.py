@@ -284,10 +284,9 @@ class ScoreConfig(_Section):
     # server on the shipped GGUF, then one teacher-forced pass; hf = capture them while
     # transformers generates (no second pass). benchmarks/bench_score.py measures both.
     generator: Literal["llamacpp", "hf"] = "llamacpp"
-    max_new_tokens: int = 128
+    max_new_tokens: int = 128  # the answer's budget; generate.stop (stop strings) applies as in the pipeline
     server_threads: int | None = None
-    validity_threshold: float | None = None  # None: the checkpoint's, else evaluate.validity_threshold
-    dup_iou: float = 0.5  # duplicate suppression between kept spans
+    validity_threshold: float | None = None  # None: the checkpoint's (chosen on dev); duplicates: evaluate.dup_iou
     max_prompt_chars: int = 8_000
     max_response_chars: int = 100_000  # longer answers than the backbone's context are refused by token count
     batch_size: int = 8  # teacher-forced passes per batch in score_many

@@ -79,6 +79,10 @@ def test_hidden_states_captured_during_generation_equal_a_teacher_forced_pass(sc
     tf = teacher_forced_items(scorer.model, scorer.tok, [chat], [g.token_ids], scorer.layers, torch.float32)[0]
     assert torch.allclose(g.item.h, tf.h, atol=1e-3, rtol=1e-3)
     assert torch.allclose(g.item.entropy, tf.entropy, atol=1e-3)
+    cut = generate_with_states(scorer.model, scorer.tok, chat, scorer.layers, 24, torch.float32, stop=[" "])
+    assert not cut.truncated and " " not in cut.text and cut.item is not None  # a stop string ends the answer
+    tf = teacher_forced_items(scorer.model, scorer.tok, [chat], [cut.token_ids], scorer.layers, torch.float32)[0]
+    assert cut.item.h.shape[0] == len(cut.token_ids) and torch.allclose(cut.item.h, tf.h, atol=1e-3, rtol=1e-3)
     scorer.generator = "hf"
     try:
         r = scorer.score("Name a planet.")

@@ -8,10 +8,10 @@
     rs = uq.score_many([{"prompt": …, "response": …}, …])
 
 The checkpoint names its backbone (and fused layers) in ``config.json``'s ``extra``; that
-backbone is loaded with it.  Inference is the evaluate stage's: `predict_examples` for û
-(calibrated with the checkpoint's temperature), u_raw, ν, validity and û_seq, then the kept
-queries (validity ≥ threshold, duplicate suppression), then token spans → exact character
-offsets of the original string, snapped to whole words.
+backbone is loaded with it.  Inference is the evaluate stage's one path, `spanuq.evaluate.predict.predict_examples`:
+û calibrated with the checkpoint's temperature, u_raw, ν, validity, û_seq, the kept queries
+(validity ≥ the checkpoint's threshold, duplicate suppression with ``evaluate.dup_iou``) and
+token spans grown to whole words; here they become exact character offsets of the original string.
 """
 from __future__ import annotations
 
@@ -20,18 +20,15 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from ..config import Config, load_config
-from ..evaluate.predict import predict_examples
+from ..evaluate.predict import calibration, predict_examples
 from ..features.dataset import ResponseExample
 from ..features.store import FeatureItem
-from ..label.spans import snap_to_words
 from ..label.targets import token_offsets, token_span_to_chars
 from ..model import load_checkpoint
-from ..model.span_ops import suppress_duplicates
 from .schema import ScoredSpan, ScoreRequest, ScoreResult, Timings
 from .states import generate_with_states, teacher_forced_items
 
@@ -51,16 +48,6 @@ class GenerationError(RuntimeError):
     """The backbone could not answer (e.g. its llama.cpp server failed); nothing is cached, retry later."""
 
     status = 503
-
-
-def select_spans(pred: dict, threshold: float, dup_iou: float) -> list[int]:
-    """Kept queries: validity ≥ threshold, then greedy duplicate suppression (IoU > dup_iou),
-    best validity first.  The same rule as the evaluate stage's example picture."""
-    keep = np.flatnonzero(pred["validity"] >= threshold)
-    if not len(keep):
-        return []
-    spans = torch.as_tensor(pred["spans"][keep], dtype=torch.float32) + torch.tensor([0.0, 1.0])
-    return [int(keep[k]) for k in suppress_duplicates(spans, torch.as_tensor(pred["validity"][keep]), dup_iou)]
 
 
 def resolve_checkpoint(source: str | Path | None, cfg: Config) -> Path:
@@ -107,9 +94,8 @@ class SpanUQ:
         self.backbone_name = cfg.backbone.name
         self.layers = list(cfg.backbone.layers)
         self.system_prompt = extra.get("system_prompt", cfg.backbone.system_prompt)
-        self.threshold = float(next(t for t in (threshold, cfg.score.validity_threshold,
-                                                extra.get("validity_threshold"), cfg.evaluate.validity_threshold)
-                                    if t is not None))
+        self.temperature, stored = calibration(probe)  # fitted on dev, carried by the checkpoint
+        self.threshold = float(next(t for t in (threshold, cfg.score.validity_threshold, stored) if t is not None))
         self.out_dtype = getattr(torch, cfg.extract.dtype)  # the precision the probe was trained on
         self.max_context = int(getattr(backbone.config, "max_position_embeddings", 0) or 0) or None
         self.generator = cfg.score.generator
@@ -244,8 +230,8 @@ class SpanUQ:
                                          f"new tokens that exceeds the llama.cpp context of {LLAMACPP_CTX:,}")
                     t0 = time.perf_counter()
                     if self.generator == "hf":
-                        g = generate_with_states(self.model, self.tok, chat, self.layers,
-                                                 self.cfg.score.max_new_tokens, self.out_dtype)
+                        g = generate_with_states(self.model, self.tok, chat, self.layers, self.cfg.score.max_new_tokens,
+                                                 self.out_dtype, stop=self.cfg.generate.stop)
                         answer, st["truncated"], st["item"] = g.text, g.truncated, g.item
                     else:
                         answer, st["truncated"] = self._generate_llamacpp(chat)
@@ -274,8 +260,9 @@ class SpanUQ:
         done = sorted(state)
         if done:  # 3. the probe
             t0 = time.perf_counter()
-            preds = predict_examples(self.probe, [self._example(i, state[i]["item"]) for i in done],
-                                     batch_size=max(1, len(done)), device=next(self.probe.parameters()).device)
+            preds = predict_examples(self.probe, [self._example(i, state[i]) for i in done],
+                                     batch_size=max(1, len(done)), device=next(self.probe.parameters()).device,
+                                     tokenizer=self.tok, threshold=self.threshold, dup_iou=self.cfg.evaluate.dup_iou)
             share = (time.perf_counter() - t0) / len(done)
             for i, pred in zip(done, preds):
                 results[i] = self._result(reqs[i], state[i], pred, share, time.perf_counter() - t_start[i])
@@ -288,23 +275,23 @@ class SpanUQ:
         return results
 
     @staticmethod
-    def _example(i: int, item: FeatureItem) -> ResponseExample:
+    def _example(i: int, st: dict) -> ResponseExample:
+        item: FeatureItem = st["item"]
         return ResponseExample(prompt_id=str(i), domain="custom", split="test", h=item.h.float(),
                                entropy=item.entropy.float(), token_ids=item.token_ids.tolist(),
-                               spans=torch.zeros(0, 2, dtype=torch.long), u=torch.zeros(0))
+                               spans=torch.zeros(0, 2, dtype=torch.long), u=torch.zeros(0), response=st["answer"])
 
     def _result(self, req: ScoreRequest, st: dict, pred: dict, probe_s: float, total_s: float) -> ScoreResult:
         answer, offsets = st["answer"], st["offsets"]
-        u_raw = pred.get("u_raw", pred["u"])
         spans = []
-        for q in select_spans(pred, self.threshold, self.cfg.score.dup_iou):
+        for q in pred["keep"]:  # validity >= threshold, duplicates suppressed, spans grown to whole words
             b, e = (int(x) for x in pred["spans"][q])
-            start, end = snap_to_words(answer, *token_span_to_chars(answer, offsets, b, e))
-            if end <= start:  # a span of whitespace or punctuation only: no characters to show
+            start, end = token_span_to_chars(answer, offsets, b, e)
+            if end <= start:  # whitespace only: no characters to show
                 continue
             spans.append(ScoredSpan(start=start, end=end, text=answer[start:end], b=b, e=e,
-                                    u=float(pred["u"][q]), u_raw=float(u_raw[q]), validity=float(pred["validity"][q]),
-                                    nu=float(pred["nu"][q])))
+                                    u=float(pred["u"][q]), u_raw=float(pred["u_raw"][q]),
+                                    validity=float(pred["validity"][q]), nu=float(pred["nu"][q])))
         spans.sort(key=lambda s: (s.start, s.end))
         return ScoreResult(prompt=req.prompt, answer=answer, answer_source=st["source"], backbone=self.backbone_name,
                            generator=st["generator"], n_tokens=len(st["ids"]), truncated=st["truncated"],

@@ -11,7 +11,8 @@ Two ways to get them for ``score(prompt)``:
   input) and the entropy is that of the logits at step t (which chose y_t), the same
   quantities as a teacher-forced pass, with no second pass.  The last token's state is
   missing when generation stops at ``max_new_tokens`` (no step fed it): one more
-  one-token step on the KV cache computes it.
+  one-token step on the KV cache computes it.  When a stop string ends the answer, its
+  tokens are dropped and the states of the tokens before it are kept.
 """
 from __future__ import annotations
 
@@ -39,24 +40,32 @@ def teacher_forced_items(model, tokenizer, chat_prompts: list[str], responses: l
 
 @torch.inference_mode()
 def generate_with_states(model, tokenizer, chat: str, layers: list[int], max_new_tokens: int,
-                         out_dtype: torch.dtype) -> Generated:
-    """Greedy generation that captures the fused states and entropy of every response token."""
+                         out_dtype: torch.dtype, stop: list[str] | None = None) -> Generated:
+    """Greedy generation that captures the fused states and entropy of every response token.
+
+    ``stop``: stop strings (the pipeline's ``generate.stop``); the text is cut where one
+    starts, as the llama.cpp server does, and the states of the tokens kept are used."""
     device = next(model.parameters()).device
     enc = tokenizer(chat, return_tensors="pt", add_special_tokens=False).to(device)
     eos = tokenizer.eos_token_id
+    kw = {"stop_strings": list(stop), "tokenizer": tokenizer} if stop else {}
     out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None,
                          top_k=None, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
-                         output_hidden_states=True, output_logits=True, return_dict_in_generate=True)
+                         output_hidden_states=True, output_logits=True, return_dict_in_generate=True, **kw)
     P = enc["input_ids"].shape[1]
     ids = out.sequences[0, P:].tolist()
     stopped = eos in ids
     if stopped:
         ids = ids[: ids.index(eos)]
-    T = len(ids)
-    text = tokenizer.decode(ids, skip_special_tokens=True).strip()
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    cut = min((i for i in (text.find(s) for s in stop or []) if i >= 0), default=-1)
+    if cut >= 0:
+        text, stopped = text[:cut], True
+    text = text.strip()
     canonical = tokenizer(text, add_special_tokens=False)["input_ids"]
-    if T == 0 or canonical != ids:  # decoding + re-tokenising changed the tokens: caller re-runs teacher-forced
-        return Generated(text, ids, not stopped, None)
+    if not canonical or canonical != ids[: len(canonical)]:  # re-tokenising changed the tokens:
+        return Generated(text, ids, not stopped, None)    # the caller runs a teacher-forced pass
+    ids, T = canonical, len(canonical)  # a stop string's tokens after the answer are dropped
     steps = out.hidden_states  # step 0: prompt positions; step k >= 1: the token fed at step k (= ids[k-1])
     fused = [torch.stack([steps[k][l][0, -1] for l in layers]).float().mean(0) for k in range(1, min(T, len(steps) - 1) + 1)]
     if len(fused) < T:  # the last token was never fed: one step on the KV cache
