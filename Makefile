@@ -25,3 +25,5 @@ bench: setup
 	python benchmarks/bench_generate.py
 	python benchmarks/bench_extract.py
 	python benchmarks/bench_probe.py
+	python benchmarks/bench_score.py
+	python benchmarks/bench_serve.py

@@ -4,6 +4,8 @@
     spanuq generate -o generate.n_samples=3 --preset cpu-full
     spanuq probe-layers --layers 4,8,12,16,20,24,28
     spanuq llama-server --port 8080       # the shipped GGUF behind an OpenAI-compatible API
+    spanuq score "Who was Marie Curie?"   # the answer with its likely-wrong spans (docs/score.md)
+    spanuq serve                          # HTTP API + web page on 127.0.0.1:8000
 """
 from __future__ import annotations
 
@@ -53,6 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     _add_config_args(sp)
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=8080)
+    from .score.cli import add_score_args, add_serve_args
+
+    sp = sub.add_parser("score", help="score an answer: spans likely wrong, with calibrated uncertainty")
+    _add_config_args(sp)
+    add_score_args(sp)
+    sp = sub.add_parser("serve", help="HTTP service (POST /score) and web page")
+    _add_config_args(sp)
+    add_serve_args(sp)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -70,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
 
             layers = [int(x) for x in args.layers.split(",")] if args.layers else None
             run_layer_probe(cfg, layers=layers, out_dir=args.out, progress=not args.no_progress)
+        elif args.cmd in ("score", "serve"):
+            from .score.cli import run_score, run_serve
+
+            return (run_score if args.cmd == "score" else run_serve)(args, cfg)
         elif args.cmd == "llama-server":
             import time
 

@@ -277,6 +277,28 @@ class EvaluateConfig(_Section):
     n_examples: int = 2  # test answers drawn with their scored spans (plots/eval/examples.png)
 
 
+class ScoreConfig(_Section):
+    """`spanuq score` / `spanuq serve` / `spanuq.api.SpanUQ` (docs/score.md)."""
+
+    # how score(prompt) gets the answer's hidden states: llamacpp = generate with the llama.cpp
+    # server on the shipped GGUF, then one teacher-forced pass; hf = capture them while
+    # transformers generates (no second pass). benchmarks/bench_score.py measures both.
+    generator: Literal["llamacpp", "hf"] = "llamacpp"
+    max_new_tokens: int = 128  # the answer's budget; generate.stop (stop strings) applies as in the pipeline
+    server_threads: int | None = None
+    validity_threshold: float | None = None  # None: the checkpoint's (chosen on dev); duplicates: evaluate.dup_iou
+    max_prompt_chars: int = 8_000
+    max_response_chars: int = 100_000  # longer answers than the backbone's context are refused by token count
+    batch_size: int = 8  # teacher-forced passes per batch in score_many
+    # HTTP service
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_body_bytes: int = 512 * 1024
+    max_batch_items: int = 32  # items in one POST /score/batch
+    max_queue: int = 256  # queued requests before 503
+    micro_batch: int = 8  # queued requests scored together by the worker
+
+
 class MlflowConfig(_Section):
     tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db in the repo
     experiment: str = "spanuq"
@@ -300,6 +322,7 @@ class Config(_Section):
     loss: LossConfig = Field(default_factory=LossConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    score: ScoreConfig = Field(default_factory=ScoreConfig)
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
     presets: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -1,4 +1,6 @@
-"""Views of scored spans: ANSI terminal text, a self-contained HTML snippet, a PNG.
+"""Views of scored spans, one module for every place that shows them: the terminal
+(`spanuq score`), the standalone HTML page (`spanuq score --html`), the web page of
+`spanuq serve` (its fragments come from `POST /render`) and the evaluate stage's PNG.
 
 A span is anything with character offsets and a score: ``(char_start, char_end, u)``.
 Colour runs from green (u = 0, confident) through amber to red (u = 1, likely wrong).
@@ -21,13 +23,22 @@ def _char_scores(text: str, spans: Iterable[Span]) -> list[float | None]:
 
 
 def _runs(text: str, spans: Iterable[Span]) -> list[tuple[str, float | None]]:
-    scores = _char_scores(text, spans)
-    runs: list[tuple[str, float | None]] = []
-    for ch, s in zip(text, scores):
-        if runs and runs[-1][1] == s:
-            runs[-1] = (runs[-1][0] + ch, s)
+    return [(chunk, s) for chunk, s, _ in _covered_runs(text, list(spans))]
+
+
+def _covered_runs(text: str, spans: Sequence[Span]) -> list[tuple[str, float | None, tuple[int, ...]]]:
+    """Maximal runs of characters covered by the same spans: (chunk, max score or None, span indices)."""
+    cover: list[list[int]] = [[] for _ in text]
+    for k, (start, end, _) in enumerate(spans):
+        for i in range(max(0, start), min(len(text), end)):
+            cover[i].append(k)
+    runs: list[tuple[str, float | None, tuple[int, ...]]] = []
+    for ch, ks in zip(text, cover):
+        key = tuple(ks)
+        if runs and runs[-1][2] == key:
+            runs[-1] = (runs[-1][0] + ch, runs[-1][1], key)
         else:
-            runs.append((ch, s))
+            runs.append((ch, max((spans[k][2] for k in key), default=None), key))
     return runs
 
 
@@ -54,18 +65,87 @@ def to_terminal(text: str, spans: Sequence[Span]) -> str:
 
 
 def to_html(text: str, spans: Sequence[Span], title: str | None = None) -> str:
-    """An HTML fragment; hover a span for its score."""
+    """An HTML fragment; hover a span for its score.  Each highlighted run carries
+    ``data-spans`` (the indices of the spans covering it) and ``data-u`` (their scores)."""
     parts = []
-    for chunk, s in _runs(text, spans):
+    for chunk, s, ks in _covered_runs(text, list(spans)):
         if s is None:
             parts.append(html.escape(chunk))
         else:
             r, g, b = colour(s)
+            us = " ".join(f"{spans[k][2]:.4f}" for k in ks)
+            tip = "; ".join(f"u = {spans[k][2]:.2f}" for k in ks)
             parts.append(f'<span class="uq" style="background:rgba({r},{g},{b},0.55)" '
-                         f'title="u = {s:.2f}">{html.escape(chunk)}</span>')
+                         f'data-spans="{" ".join(map(str, ks))}" data-u="{us}" title="{tip}">{html.escape(chunk)}</span>')
     head = f"<h3>{html.escape(title)}</h3>" if title else ""
-    return (f'<div class="spanuq" style="font-family:sans-serif;line-height:1.7;max-width:46em">'
+    return (f'<div class="spanuq" style="font-family:sans-serif;line-height:1.7;max-width:46em;white-space:pre-wrap">'
             f'{head}<p>{"".join(parts)}</p></div>')
+
+
+# ------------------------------------------------------------------ views of a ScoreResult
+LEGEND = "û: 0 = the model would say this again, 1 = likely wrong"
+
+
+def result_spans(result) -> list[Span]:
+    """(start, end, û) of a `spanuq.score.ScoreResult`'s spans."""
+    return [(s.start, s.end, s.u) for s in result.spans]
+
+
+def _chip(u: float, colour_on: bool) -> str:
+    if not colour_on:
+        return f"{u:.2f}"
+    r, g, b = colour(u)
+    return f"\x1b[48;2;{r};{g};{b}m\x1b[38;2;0;0;0m {u:.2f} \x1b[0m"
+
+
+def terminal_view(result, colour_on: bool = True) -> str:
+    """The answer with its spans coloured by û, a legend, then one line per span.
+    ``colour_on=False``: plain text (spans marked ``[like this]``), for pipes and NO_COLOR."""
+    spans = result_spans(result)
+    if colour_on:
+        body = to_terminal(result.answer, spans)
+        bar = "".join(f"\x1b[48;2;{';'.join(map(str, colour(k / 19)))}m \x1b[0m" for k in range(20))
+        legend = f"0 {bar} 1   {LEGEND}"
+    else:
+        marked: list[tuple[str, bool]] = []  # adjacent covered runs (overlapping spans) share one bracket
+        for chunk, s in _runs(result.answer, spans):
+            if marked and marked[-1][1] == (s is not None):
+                marked[-1] = (marked[-1][0] + chunk, marked[-1][1])
+            else:
+                marked.append((chunk, s is not None))
+        body = "".join(f"[{chunk}]" if covered else chunk for chunk, covered in marked)
+        legend = LEGEND
+    lines = [body, "", legend, f"answer score û_seq = {result.u_seq:.2f}   "
+             f"{len(spans)} span{'s' * (len(spans) != 1)}   {result.n_tokens} tokens"
+             + ("   (stopped at max_new_tokens)" if result.truncated else "")]
+    for s in result.spans:
+        lines.append(f"  {_chip(s.u, colour_on)}  {s.text!r}  chars {s.start}-{s.end}  ν {s.nu:.1f}")
+    return "\n".join(lines)
+
+
+def fragment(result) -> str:
+    """The HTML of one scored answer: highlighted text, û_seq, and a list of the spans
+    (``li.uq-item`` with ``data-i``, ``data-u``, ``data-start``, ``data-end``)."""
+    items = "".join(
+        f'<li class="uq-item" data-i="{k}" data-u="{s.u:.4f}" data-start="{s.start}" data-end="{s.end}">'
+        f'<b style="background:rgba({",".join(map(str, colour(s.u)))},0.55)">{s.u:.2f}</b> '
+        f'{html.escape(s.text)} <small>(ν {s.nu:.1f}, validity {s.validity:.2f})</small></li>'
+        for k, s in enumerate(result.spans))
+    t = result.timings
+    meta = (f"answer score û<sub>seq</sub> = <b class=\"useq\">{result.u_seq:.2f}</b> · {len(result.spans)} spans · "
+            f"{result.n_tokens} tokens · backbone {t.backbone_s:.2f} s, probe {t.probe_s:.3f} s"
+            + (f", generation {t.generate_s:.2f} s" if t.generate_s is not None else ""))
+    return (f'<section class="spanuq-result">{to_html(result.answer, result_spans(result))}'
+            f'<p class="meta">{meta}</p><ol class="uq-list">{items}</ol></section>')
+
+
+def html_page(result) -> str:
+    """A standalone HTML page of one scored answer (`spanuq score --html FILE`)."""
+    return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>SpanUQ</title>"
+            "<style>body{font-family:sans-serif;margin:2em;max-width:50em}.prompt{color:#444}"
+            "ol.uq-list{line-height:1.8}</style></head><body>"
+            f"<p class=\"prompt\"><b>Prompt:</b> {html.escape(result.prompt)}</p>{fragment(result)}"
+            f"<p><small>{html.escape(LEGEND)}; hover a span for its score.</small></p></body></html>")
 
 
 def wrap(text: str, width: int) -> list[tuple[int, int]]:

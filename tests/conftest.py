@@ -43,3 +43,38 @@ def llama_server():
 
     with LlamaCppServer(gguf_path(get_preset("smollm2-135m")), n_threads=2) as srv:
         yield srv
+
+
+@pytest.fixture(scope="session")
+def probe_dir(tmp_path_factory) -> Path:
+    """A probe checkpoint for the real SmolLM2 backbone (d_model 576, its fused layers), random
+    weights: every scoring code path runs, the scores mean nothing.  SPANUQ_TEST_PROBE=<dir>
+    uses a trained one instead (for the README pictures)."""
+    if os.environ.get("SPANUQ_TEST_PROBE"):
+        return Path(os.environ["SPANUQ_TEST_PROBE"])
+    import torch
+
+    from spanuq.config import load_config
+    from spanuq.model import SpanUQProbe, save_checkpoint
+
+    cfg = load_config(REPO / "params.yaml")
+    torch.manual_seed(0)
+    probe = SpanUQProbe(cfg.probe, 576)
+    return save_checkpoint(probe, cfg.probe, 576, tmp_path_factory.mktemp("probe"),
+                           extra={"backbone": "smollm2-135m", "layers": [16, 18, 20]})
+
+
+@pytest.fixture(scope="session")
+def scorer(probe_dir, tmp_path_factory):
+    """`SpanUQ` on the real backbone, loaded once per session (threshold 0: every query is a
+    candidate, so a random probe still yields spans); llama.cpp generation of <= 24 tokens."""
+    pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
+    from spanuq.api import SpanUQ
+    from spanuq.config import load_config
+
+    cache = tmp_path_factory.mktemp("score")
+    cfg = load_config(REPO / "params.yaml", [f"paths.data={cache / 'data'}", f"paths.cache={cache / 'cache'}",
+                                             "score.max_new_tokens=24", "score.server_threads=2"])
+    threshold = None if os.environ.get("SPANUQ_TEST_PROBE") else 0.0
+    with SpanUQ.load(probe_dir, cfg=cfg, threshold=threshold) as uq:
+        yield uq

@@ -112,3 +112,22 @@ def test_stage_writes_generations_and_a_report(make_cfg, monkeypatch):
     gens = read_records(paths.generations, Generation)
     report = json.loads(paths.generate_report.read_text())
     assert len(gens) == 3 and report["empty_greedy"] == 1 and report["truncated_samples"] == 6
+
+
+def test_a_prompt_repeating_another_ones_text_gets_its_own_id(make_cfg):
+    """A user file repeating a bundled question: one model call, two records, each with its own id."""
+    cfg = make_cfg("generate.n_samples=2")
+    bundled = Prompt(id="bundled-42", domain="triviaqa", text="What is the capital of Australia?")
+    generate_all(cfg, [bundled], generator=FlakyGenerator(limit=99), progress=False)
+    mine = [Prompt(id="mine-1", domain="custom", text=bundled.text),
+            Prompt(id="mine-2", domain="custom", text=bundled.text),
+            Prompt(id="mine-3", domain="custom", text="Who discovered penicillin?")]
+    gen = FlakyGenerator(limit=99)
+    gens, stats = generate_all(cfg, mine, generator=gen, progress=False)
+    assert [g.prompt_id for g in gens] == ["mine-1", "mine-2", "mine-3"]
+    assert all(g.prompt_text == p.text for g, p in zip(gens, mine))
+    assert gens[0].greedy.text == gens[1].greedy.text  # served from the cache entry of the same content
+    assert gen.seen == 1 and stats["generated"] == 1  # only the new text reached the model
+    with pytest.raises(ValueError, match="'mine-1' appears twice"):
+        generate_all(cfg, [mine[0], mine[2].model_copy(update={"id": "mine-1"})],
+                     generator=FlakyGenerator(limit=99), progress=False)

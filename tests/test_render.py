@@ -20,3 +20,9 @@ def test_colours_run_from_green_to_red_and_views_carry_the_scores(tmp_path):
     assert term.count("\x1b[0m") == 3 and "1913" in term
     to_png([("an answer", TEXT, SPANS)], str(tmp_path / "a.png"))
     assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_overlapping_spans_keep_their_own_indices_and_scores_in_the_html():
+    html = to_html(TEXT, [(0, 20, 0.2), (9, 36, 0.8)])
+    assert 'data-spans="0" data-u="0.2000"' in html and 'data-spans="1" data-u="0.8000"' in html
+    assert 'data-spans="0 1" data-u="0.2000 0.8000" title="u = 0.20; u = 0.80"' in html  # "is the" is in both

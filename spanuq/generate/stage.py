@@ -81,7 +81,18 @@ def _sample(tok, c: Completion) -> Sample:
 
 def generate_all(cfg: Config, prompts: list[Prompt], generator: Generator | None = None,
                  cache_dir: Path | None = None, progress: bool = True) -> tuple[list[Generation], dict]:
-    """Generate greedy + S samples for each prompt, reusing cached items."""
+    """Generate greedy + S samples for each prompt, reusing cached items.
+
+    Items are cached by content (backbone, chat prompt, decoding settings), so two
+    prompts with the same text share one generation; each record returned carries
+    its own prompt's id and text.  Duplicate prompt ids are an error.
+    """
+    seen: dict[str, int] = {}
+    for i, p in enumerate(prompts):
+        if p.id in seen:
+            raise ValueError(f"prompt id {p.id!r} appears twice (prompts {seen[p.id] + 1} and {i + 1}); "
+                             "every prompt needs its own id")
+        seen[p.id] = i
     paths = StagePaths.from_config(cfg)
     cache = ItemCache(cache_dir or paths.stage_cache("generate"))
     tok = load_tokenizer(cfg)
@@ -89,7 +100,10 @@ def generate_all(cfg: Config, prompts: list[Prompt], generator: Generator | None
     chats = [chat_prompt(tok, p.text, cfg.backbone.system_prompt) for p in prompts]
     keys = [content_hash({"backbone": cfg.backbone.name, "chat": c, "decoding": dec,
                           "seed": cfg.generate.seed, "v": 1}) for c in chats]
-    todo = [i for i, k in enumerate(keys) if k not in cache]
+    first: dict[str, int] = {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+    todo = [i for k, i in first.items() if k not in cache]  # one model call per distinct content
     stats = {"prompts": len(prompts), "cached": len(prompts) - len(todo), "generated": 0,
              "generated_tokens": 0, "generate_seconds": 0.0}
     if todo:
@@ -114,7 +128,9 @@ def generate_all(cfg: Config, prompts: list[Prompt], generator: Generator | None
                     stats["generated"] += 1
                 bar.update(len(idx))
             bar.close()
-    gens = [Generation.model_validate(cache.get(k)) for k in keys]
+    # the cached record may have been written for another prompt with the same text
+    gens = [Generation.model_validate(cache.get(k)).model_copy(update={"prompt_id": p.id, "prompt_text": p.text})
+            for k, p in zip(keys, prompts)]
     return gens, stats
 
 

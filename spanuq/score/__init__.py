@@ -1,0 +1,16 @@
+"""Scoring answers with a trained probe: the `SpanUQ` API (scorer.py), its result schema
+(schema.py), hidden states for an answer (states.py) and the CLI (cli.py).
+
+Names are imported on first use, so `spanuq --help` and the light stages do not load torch.
+"""
+from importlib import import_module
+
+_NAMES = {"SpanUQ": "scorer", "InputError": "scorer", "GenerationError": "scorer", "ScoreResult": "schema", "ScoredSpan": "schema",
+          "ScoreRequest": "schema", "Timings": "schema"}
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str):
+    if name in _NAMES:
+        return getattr(import_module(f".{_NAMES[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

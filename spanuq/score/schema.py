@@ -1,0 +1,101 @@
+"""The typed records of scoring: what `SpanUQ.score` returns, `spanuq score --json` prints
+and `POST /score` answers.  The JSON schema published as ``docs/score.schema.json`` is
+generated from `ScoreResult` (``python -m spanuq.score.schema docs/score.schema.json``).
+
+Character offsets are Python ``str`` indices (Unicode code points) into ``answer``:
+``answer[span.start:span.end] == span.text`` always holds, whatever leading spaces,
+newlines or non-ASCII characters the answer holds.  (In JavaScript, index
+``Array.from(answer)``, not the UTF-16 string, to get the same characters.)
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScoredSpan(_Strict):
+    """One span of the answer with its uncertainty."""
+
+    start: int = Field(ge=0, description="first character (code point index into `answer`)")
+    end: int = Field(ge=0, description="one past the last character; answer[start:end] == text")
+    text: str
+    b: int = Field(ge=0, description="first response token (inclusive)")
+    e: int = Field(ge=0, description="last response token (inclusive)")
+    u: float = Field(ge=0, le=1, description="calibrated û: probability that the span is wrong")
+    u_raw: float = Field(ge=0, le=1, description="û before calibration")
+    validity: float = Field(ge=0, le=1, description="probability that the query found a real span")
+    nu: float = Field(gt=0, description="ν, the Mixture-of-Beta precision (higher = more certain of û)")
+
+
+class Timings(_Strict):
+    """Seconds spent per step of one `score` call."""
+
+    generate_s: float | None = Field(description="generating the answer; null when it was given")
+    backbone_s: float = Field(description="the teacher-forced backbone pass (0 when the hidden states "
+                                          "were captured during generation)")
+    probe_s: float
+    total_s: float
+
+
+class ScoreResult(_Strict):
+    """An answer with its spans sorted by position, each with a calibrated û, and a sequence score."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    prompt: str
+    answer: str
+    answer_source: Literal["generated", "given"]
+    backbone: str
+    generator: Literal["llamacpp", "hf"] | None = Field(description="how the answer was generated; null if given")
+    n_tokens: int = Field(ge=0, description="response tokens the probe read")
+    truncated: bool = Field(description="generation stopped at max_new_tokens")
+    u_seq: float = Field(ge=0, le=1, description="û_seq, the answer-level score")
+    validity_threshold: float
+    spans: list[ScoredSpan]
+    timings: Timings
+
+
+class ScoreRequest(_Strict):
+    """``POST /score`` body and one row of ``spanuq score --file``."""
+
+    prompt: str
+    response: str | None = Field(default=None, description="an answer to score; omitted: the backbone answers")
+
+
+class BatchRequest(_Strict):
+    items: list[ScoreRequest]
+
+
+class ItemError(_Strict):
+    status: int
+    error: str
+
+
+class BatchResponse(_Strict):
+    """One entry per item, in order: a result or that item's error."""
+
+    results: list[ScoreResult | ItemError]
+
+
+def json_schema() -> dict:
+    schema = ScoreResult.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://github.com/spanuq/spanuq/docs/score.schema.json"
+    return schema
+
+
+if __name__ == "__main__":
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if len(sys.argv) > 1:
+        with open(sys.argv[1], "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)

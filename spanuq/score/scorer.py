@@ -1,0 +1,301 @@
+"""`SpanUQ`: which parts of an answer are likely wrong, for a prompt or a (prompt, answer) pair.
+
+    from spanuq.api import SpanUQ
+    uq = SpanUQ.load()                                   # data/<backbone>/probe after `make repro`
+    uq = SpanUQ.load("models:/spanuq-smollm2-135m@champion")
+    r = uq.score("Who was Marie Curie?")                 # the backbone answers, then the probe scores
+    r = uq.score("Who was Marie Curie?", response="…")   # any answer, one teacher-forced pass
+    rs = uq.score_many([{"prompt": …, "response": …}, …])
+
+The checkpoint names its backbone (and fused layers) in ``config.json``'s ``extra``; that
+backbone is loaded with it.  Inference is the evaluate stage's one path, `spanuq.evaluate.predict.predict_examples`:
+û calibrated with the checkpoint's temperature, u_raw, ν, validity, û_seq, the kept queries
+(validity ≥ the checkpoint's threshold, duplicate suppression with ``evaluate.dup_iou``) and
+token spans grown to whole words; here they become exact character offsets of the original string.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Iterable
+
+import torch
+from tqdm.auto import tqdm
+
+from ..config import Config, load_config
+from ..evaluate.predict import calibration, predict_examples
+from ..features.dataset import ResponseExample
+from ..features.store import FeatureItem
+from ..label.targets import token_offsets, token_span_to_chars
+from ..model import load_checkpoint
+from .schema import ScoredSpan, ScoreRequest, ScoreResult, Timings
+from .states import generate_with_states, teacher_forced_items
+
+log = logging.getLogger(__name__)
+LLAMACPP_CTX = 4096  # the managed llama.cpp server's context (prompt + generated tokens)
+
+
+class InputError(ValueError):
+    """A request SpanUQ cannot score; ``status`` is the HTTP status the service answers with."""
+
+    def __init__(self, message: str, status: int = 422):
+        super().__init__(message)
+        self.status = status
+
+
+class GenerationError(RuntimeError):
+    """The backbone could not answer (e.g. its llama.cpp server failed); nothing is cached, retry later."""
+
+    status = 503
+
+
+def resolve_checkpoint(source: str | Path | None, cfg: Config) -> Path:
+    """A probe folder from a path, an MLflow model URI (``models:/spanuq-<backbone>@champion``,
+    ``runs:/<id>/probe``) or, with None, the pipeline's ``data/<backbone>/probe``."""
+    if source is None:
+        from ..paths import StagePaths
+
+        path = StagePaths.from_config(cfg).probe
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"no trained probe at {path}: run `make repro` (or `dvc repro train`), "
+                                    "or pass a checkpoint folder or models:/spanuq-<backbone>@champion")
+        return path
+    text = str(source)
+    if text.startswith(("models:/", "runs:/")) or "://" in text:
+        import mlflow
+        import yaml
+
+        from ..tracking import tracking_uri
+
+        mlflow.set_tracking_uri(tracking_uri(cfg))
+        mlflow.set_registry_uri(tracking_uri(cfg))
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=text))
+        mlmodel = yaml.safe_load((local / "MLmodel").read_text())
+        art = mlmodel["flavors"]["python_function"].get("artifacts", {}).get("checkpoint")
+        if not art:
+            raise ValueError(f"{text}: not a SpanUQ model (no `checkpoint` artifact)")
+        return local / art["path"]
+    path = Path(text)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path}: not a probe checkpoint (no config.json)")
+    return path
+
+
+class SpanUQ:
+    """One probe + its frozen backbone.  Not thread-safe: the service queues requests onto one."""
+
+    def __init__(self, probe, meta: dict, cfg: Config, backbone, tokenizer, checkpoint: Path,
+                 threshold: float | None = None):
+        self.probe, self.meta, self.cfg = probe, meta, cfg
+        self.model, self.tok = backbone, tokenizer
+        self.checkpoint = checkpoint
+        extra = meta.get("extra", {})
+        self.backbone_name = cfg.backbone.name
+        self.layers = list(cfg.backbone.layers)
+        self.system_prompt = extra.get("system_prompt", cfg.backbone.system_prompt)
+        self.temperature, stored = calibration(probe)  # fitted on dev, carried by the checkpoint
+        self.threshold = float(next(t for t in (threshold, cfg.score.validity_threshold, stored) if t is not None))
+        self.out_dtype = getattr(torch, cfg.extract.dtype)  # the precision the probe was trained on
+        self.max_context = int(getattr(backbone.config, "max_position_embeddings", 0) or 0) or None
+        self.generator = cfg.score.generator
+        self._server = None
+        self._client = None
+
+    # ---------------------------------------------------------------- loading
+    @classmethod
+    def load(cls, source: str | Path | None = None, *, cfg: Config | None = None,
+             params: str | Path | None = "params.yaml", generator: str | None = None,
+             threshold: float | None = None, device: str = "cpu") -> "SpanUQ":
+        """From a checkpoint folder, an MLflow model URI, or (None) the pipeline's probe."""
+        from ..backbones import get_preset
+        from ..llm import load_backbone
+
+        if cfg is None:
+            cfg = load_config(params if params and Path(params).exists() else None)
+        ckpt = resolve_checkpoint(source, cfg)
+        probe, meta = load_checkpoint(ckpt, device=device)
+        extra = meta.get("extra", {})
+        bb = cfg.backbone.model_copy(update={k: v for k, v in (("name", extra.get("backbone")),
+                                                                ("layers", extra.get("layers"))) if v})
+        score = cfg.score if generator is None else cfg.score.model_copy(update={"generator": generator})
+        cfg = cfg.model_copy(update={"backbone": bb, "score": score})
+        if cfg.backbone.layers is None:
+            cfg.backbone.layers = list(get_preset(bb.name).layers)
+        d = get_preset(bb.name).d_model
+        if int(meta["d_model"]) != d:
+            raise ValueError(f"{ckpt}: the probe reads d_model={meta['d_model']} states, {bb.name} has {d}")
+        model, tok = load_backbone(cfg)
+        return cls(probe, meta, cfg, model, tok, ckpt, threshold)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> "SpanUQ":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- checks
+    def check(self, prompt: str, response: str | None) -> None:
+        """Raise `InputError` for what cannot be scored, before any model call."""
+        s = self.cfg.score
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InputError("the prompt is empty")
+        if len(prompt) > s.max_prompt_chars:
+            raise InputError(f"the prompt has {len(prompt):,} characters; the limit is {s.max_prompt_chars:,} "
+                             "(score.max_prompt_chars)", 413)
+        if response is not None:
+            if not isinstance(response, str) or not response.strip():
+                raise InputError("the response is empty (leave it out to let the backbone answer)")
+            if len(response) > s.max_response_chars:
+                raise InputError(f"the response has {len(response):,} characters; the limit is "
+                                 f"{s.max_response_chars:,} (score.max_response_chars)", 413)
+
+    def _chat(self, prompt: str) -> tuple[str, int]:
+        from ..llm import chat_prompt
+
+        chat = chat_prompt(self.tok, prompt, self.system_prompt)
+        return chat, len(self.tok(chat, add_special_tokens=False)["input_ids"])
+
+    def _check_context(self, n_prompt: int, n_response: int, what: str) -> None:
+        if self.max_context and n_prompt + n_response > self.max_context:
+            raise InputError(f"{what}: the prompt ({n_prompt:,} tokens) and the answer ({n_response:,} tokens) "
+                             f"exceed {self.backbone_name}'s context of {self.max_context:,} tokens, so the "
+                             "answer cannot be read in one pass; score it in shorter parts", 422)
+
+    # ---------------------------------------------------------------- generation
+    def _generate_llamacpp(self, chat: str) -> tuple[str, bool]:
+        from ..generate.server import ServerGenerator
+
+        if self._server is not None and (self._server.proc is None or self._server.proc.poll() is not None):
+            log.warning("the llama.cpp server stopped; starting a new one")
+            self.close()
+        try:
+            if self._server is None:
+                from ..backbones import get_preset
+                from ..llamacpp import LlamaCppServer
+                from ..llm import gguf_path
+
+                self._server = LlamaCppServer(gguf_path(get_preset(self.backbone_name)), n_ctx=LLAMACPP_CTX,
+                                              n_threads=self.cfg.score.server_threads).start()
+                g = self.cfg.generate.model_copy(update={"backend": "server", "server_url": self._server.base_url,
+                                                         "max_new_tokens": self.cfg.score.max_new_tokens,
+                                                         "api_key_env": None, "server_model": None})
+                self._client = ServerGenerator(self.cfg.model_copy(update={"generate": g}))
+            c = self._client.greedy([chat])[0]
+        except Exception as e:  # noqa: BLE001 - this item fails, the others are scored
+            raise GenerationError(f"generation failed: {type(e).__name__}: {e}") from e
+        return c.text, c.finish_reason == "length"
+
+    # ---------------------------------------------------------------- scoring
+    def score(self, prompt: str, response: str | None = None) -> ScoreResult:
+        """Score ``response`` (any answer) or, without it, the backbone's own greedy answer."""
+        out = self.score_many([ScoreRequest(prompt=prompt, response=response)], progress=False, return_errors=True)[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def score_many(self, items: Iterable[ScoreRequest | dict | str], progress: bool = True,
+                   return_errors: bool = False) -> list[ScoreResult | InputError | GenerationError]:
+        """Score several items (prompt strings, ``{"prompt", "response"?}`` dicts or `ScoreRequest`s):
+        answers are generated one by one, teacher-forced passes run in batches of
+        ``score.batch_size``, the probe over all at once.  With ``return_errors`` an item
+        that cannot be scored gives its `InputError` (or `GenerationError`) in its place;
+        otherwise the first raises.
+        A batch's pass time is shared evenly by its items in their timings."""
+        reqs = [ScoreRequest(prompt=x) if isinstance(x, str) else ScoreRequest.model_validate(x) for x in items]
+        n = len(reqs)
+        results: list = [None] * n
+        t_start = [time.perf_counter()] * n
+        state: dict[int, dict] = {}
+        bar = tqdm(total=n, desc="score", unit="answer", disable=not progress)
+        for i, r in enumerate(reqs):  # 1. checks and answers
+            t_start[i] = time.perf_counter()
+            try:
+                self.check(r.prompt, r.response)
+                chat, n_prompt = self._chat(r.prompt)
+                st = {"chat": chat, "gen_s": None, "bb_s": 0.0, "truncated": False, "item": None,
+                      "source": "given", "generator": None}
+                if r.response is None:
+                    self._check_context(n_prompt, self.cfg.score.max_new_tokens, "generation")
+                    if self.generator == "llamacpp" and n_prompt + self.cfg.score.max_new_tokens > LLAMACPP_CTX:
+                        raise InputError(f"the prompt has {n_prompt:,} tokens; with {self.cfg.score.max_new_tokens} "
+                                         f"new tokens that exceeds the llama.cpp context of {LLAMACPP_CTX:,}")
+                    t0 = time.perf_counter()
+                    if self.generator == "hf":
+                        g = generate_with_states(self.model, self.tok, chat, self.layers, self.cfg.score.max_new_tokens,
+                                                 self.out_dtype, stop=self.cfg.generate.stop)
+                        answer, st["truncated"], st["item"] = g.text, g.truncated, g.item
+                    else:
+                        answer, st["truncated"] = self._generate_llamacpp(chat)
+                    st.update(gen_s=time.perf_counter() - t0, source="generated", generator=self.generator)
+                    if not answer.strip():
+                        raise InputError(f"{self.backbone_name} gave an empty answer; nothing to score", 422)
+                else:
+                    answer = r.response
+                ids, offsets = token_offsets(self.tok, answer)
+                self._check_context(n_prompt, len(ids), "the response")
+                st.update(answer=answer, ids=ids, offsets=offsets)
+                state[i] = st
+            except (InputError, GenerationError) as e:
+                results[i] = e
+                bar.update(1)
+        todo = sorted((i for i in state if state[i]["item"] is None), key=lambda i: len(state[i]["ids"]))
+        bs = max(1, self.cfg.score.batch_size)
+        for s in range(0, len(todo), bs):  # 2. teacher-forced passes
+            batch = todo[s: s + bs]
+            t0 = time.perf_counter()
+            feats = teacher_forced_items(self.model, self.tok, [state[i]["chat"] for i in batch],
+                                         [state[i]["ids"] for i in batch], self.layers, self.out_dtype)
+            share = (time.perf_counter() - t0) / len(batch)
+            for i, f in zip(batch, feats):
+                state[i].update(item=f, bb_s=share)
+        done = sorted(state)
+        if done:  # 3. the probe
+            t0 = time.perf_counter()
+            preds = predict_examples(self.probe, [self._example(i, state[i]) for i in done],
+                                     batch_size=max(1, len(done)), device=next(self.probe.parameters()).device,
+                                     tokenizer=self.tok, threshold=self.threshold, dup_iou=self.cfg.evaluate.dup_iou)
+            share = (time.perf_counter() - t0) / len(done)
+            for i, pred in zip(done, preds):
+                results[i] = self._result(reqs[i], state[i], pred, share, time.perf_counter() - t_start[i])
+                bar.update(1)
+        bar.close()
+        if not return_errors:
+            for r in results:
+                if isinstance(r, Exception):
+                    raise r
+        return results
+
+    @staticmethod
+    def _example(i: int, st: dict) -> ResponseExample:
+        item: FeatureItem = st["item"]
+        return ResponseExample(prompt_id=str(i), domain="custom", split="test", h=item.h.float(),
+                               entropy=item.entropy.float(), token_ids=item.token_ids.tolist(),
+                               spans=torch.zeros(0, 2, dtype=torch.long), u=torch.zeros(0), response=st["answer"])
+
+    def _result(self, req: ScoreRequest, st: dict, pred: dict, probe_s: float, total_s: float) -> ScoreResult:
+        answer, offsets = st["answer"], st["offsets"]
+        spans = []
+        for q in pred["keep"]:  # validity >= threshold, duplicates suppressed, spans grown to whole words
+            b, e = (int(x) for x in pred["spans"][q])
+            start, end = token_span_to_chars(answer, offsets, b, e)
+            if end <= start:  # whitespace only: no characters to show
+                continue
+            spans.append(ScoredSpan(start=start, end=end, text=answer[start:end], b=b, e=e,
+                                    u=float(pred["u"][q]), u_raw=float(pred["u_raw"][q]),
+                                    validity=float(pred["validity"][q]), nu=float(pred["nu"][q])))
+        spans.sort(key=lambda s: (s.start, s.end))
+        return ScoreResult(prompt=req.prompt, answer=answer, answer_source=st["source"], backbone=self.backbone_name,
+                           generator=st["generator"], n_tokens=len(st["ids"]), truncated=st["truncated"],
+                           u_seq=float(pred["u_seq"]), validity_threshold=self.threshold, spans=spans,
+                           timings=Timings(generate_s=None if st["gen_s"] is None else round(st["gen_s"], 4),
+                                           backbone_s=round(st["bb_s"], 4), probe_s=round(probe_s, 4),
+                                           total_s=round(total_s, 4)))

@@ -1,0 +1,108 @@
+"""The score API: `SpanUQ.score(prompt, response=...)`, `score(prompt)`, `score_many`, loading."""
+import json
+
+import jsonschema
+import pytest
+import torch
+
+from spanuq.api import InputError, ScoreResult
+from spanuq.score.schema import json_schema
+
+ANSWERS = [
+    "  Marie Curie was a Polish–French physicist and chemist.\nShe won two Nobel Prizes, in 1903 and 1911.",
+    "\n\nThe capital of Australia is Canberra.  It was founded in 1913 — not Sydney!",
+    "Ça va: Zürich liegt in der Schweiz. 東京は日本の首都です。 Emoji 😀 count as one character.\n",
+]
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+def test_offsets_slice_the_original_string_back_to_each_span(scorer, answer):
+    r = scorer.score("Tell me something true.", response=answer)
+    assert r.answer == answer and r.answer_source == "given" and r.generator is None
+    assert r.spans, "threshold 0 keeps every query: some span must survive duplicate suppression"
+    enc = scorer.tok(answer, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    assert r.n_tokens == len(ids)
+    for s in r.spans:
+        assert answer[s.start:s.end] == s.text and s.text == s.text.strip() and s.text
+        assert 0 <= s.b <= s.e < r.n_tokens and 0 <= s.u <= 1 and s.nu > 0
+        covered = (offsets[s.b][0], offsets[s.e][1])  # the characters of tokens b..e, before snapping to words
+        assert s.start < covered[1] and s.end > covered[0]
+    assert [(s.start, s.end) for s in r.spans] == sorted((s.start, s.end) for s in r.spans)
+    jsonschema.validate(json.loads(r.model_dump_json()), json_schema())
+
+
+def test_score_many_batches_and_matches_scoring_one_at_a_time(scorer):
+    items = [{"prompt": "Tell me something true.", "response": a} for a in ANSWERS]
+    batched = scorer.score_many(items, progress=False)
+    for item, b in zip(items, batched):
+        one = scorer.score(item["prompt"], response=item["response"])
+        assert [(s.start, s.end) for s in b.spans] == [(s.start, s.end) for s in one.spans]
+        assert [s.u for s in b.spans] == pytest.approx([s.u for s in one.spans], abs=1e-4)
+        assert b.u_seq == pytest.approx(one.u_seq, abs=1e-4)
+
+
+def test_bad_input_is_a_clear_error_and_the_rest_of_a_batch_is_scored(scorer):
+    with pytest.raises(InputError, match="prompt is empty"):
+        scorer.score("   ")
+    with pytest.raises(InputError, match="max_prompt_chars") as e:
+        scorer.score("x" * 100_000)
+    assert e.value.status == 413
+    with pytest.raises(InputError, match="response is empty"):
+        scorer.score("Who?", response="")
+    long_answer = " ".join(f"word{i}" for i in range(9_000))  # > 8,192 tokens: SmolLM2's context
+    with pytest.raises(InputError, match="context of 8,192 tokens") as e:
+        scorer.score("Who?", response=long_answer)
+    assert e.value.status == 422
+    out = scorer.score_many([{"prompt": ""}, {"prompt": "Who?", "response": ANSWERS[1]}], progress=False,
+                            return_errors=True)
+    assert isinstance(out[0], InputError) and isinstance(out[1], ScoreResult) and out[1].spans
+
+
+def test_score_prompt_generates_with_llamacpp_then_one_teacher_forced_pass(scorer):
+    r = scorer.score("What is the capital of France?")
+    assert r.answer_source == "generated" and r.generator == "llamacpp" and r.answer.strip()
+    assert 0 < r.n_tokens <= 24 and r.timings.generate_s > 0 and r.timings.backbone_s > 0
+    again = scorer.score(r.prompt, response=r.answer)  # the same answer given: the same spans and scores
+    assert [(s.start, s.end, round(s.u, 4)) for s in again.spans] == [(s.start, s.end, round(s.u, 4)) for s in r.spans]
+    scorer._server.proc.kill()  # the llama.cpp server dies: the next request starts a new one
+    scorer._server.proc.wait()
+    assert scorer.score(r.prompt).answer == r.answer
+
+
+def test_hidden_states_captured_during_generation_equal_a_teacher_forced_pass(scorer):
+    from spanuq.score.states import generate_with_states, teacher_forced_items
+
+    chat, _ = scorer._chat("Name a planet.")
+    g = generate_with_states(scorer.model, scorer.tok, chat, scorer.layers, 6, torch.float32)
+    assert g.item is not None and g.truncated and len(g.token_ids) == 6
+    tf = teacher_forced_items(scorer.model, scorer.tok, [chat], [g.token_ids], scorer.layers, torch.float32)[0]
+    assert torch.allclose(g.item.h, tf.h, atol=1e-3, rtol=1e-3)
+    assert torch.allclose(g.item.entropy, tf.entropy, atol=1e-3)
+    cut = generate_with_states(scorer.model, scorer.tok, chat, scorer.layers, 24, torch.float32, stop=[" "])
+    assert not cut.truncated and " " not in cut.text and cut.item is not None  # a stop string ends the answer
+    tf = teacher_forced_items(scorer.model, scorer.tok, [chat], [cut.token_ids], scorer.layers, torch.float32)[0]
+    assert cut.item.h.shape[0] == len(cut.token_ids) and torch.allclose(cut.item.h, tf.h, atol=1e-3, rtol=1e-3)
+    scorer.generator = "hf"
+    try:
+        r = scorer.score("Name a planet.")
+    finally:
+        scorer.generator = "llamacpp"
+    assert r.generator == "hf" and r.answer.strip() and r.timings.generate_s > 0
+
+
+def test_load_from_an_mlflow_model_uri(probe_dir, make_cfg):
+    from safetensors.torch import load_file
+
+    from spanuq import tracking
+    from spanuq.score.scorer import resolve_checkpoint
+
+    cfg = make_cfg()
+    with tracking.start_run(cfg, "probe"):
+        tracking.log_probe(probe_dir, cfg, dev_auroc=0.7)
+    local = resolve_checkpoint("models:/spanuq-smollm2-135m@champion", cfg)
+    assert json.loads((local / "config.json").read_text()) == json.loads((probe_dir / "config.json").read_text())
+    a, b = load_file(str(local / "model.safetensors")), load_file(str(probe_dir / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(FileNotFoundError, match="make repro"):
+        resolve_checkpoint(None, cfg)

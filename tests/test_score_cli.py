@@ -1,0 +1,75 @@
+"""`spanuq score`: JSON that validates against the published schema, the HTML page, files of rows,
+and the terminal view (colour on a TTY only, NO_COLOR respected)."""
+import json
+
+import jsonschema
+import pytest
+
+from spanuq.cli import main
+from spanuq.render import terminal_view
+from spanuq.score.schema import json_schema
+
+ANSWER = "\n Marie Curie (1867–1934) won the Nobel Prize in Physics in 1903 and in Chemistry in 1911."
+
+
+def test_the_published_schema_is_the_result_models(repo_root):
+    assert json.loads((repo_root / "docs" / "score.schema.json").read_text()) == json_schema()
+
+
+def test_score_json_validates_against_the_published_schema_and_writes_html(probe_dir, repo_root, tmp_path, capsys):
+    (tmp_path / "answer.txt").write_text(ANSWER, encoding="utf-8")
+    page = tmp_path / "page.html"
+    rc = main(["score", "Who was Marie Curie?", "--response", f"@{tmp_path / 'answer.txt'}", "--json",
+               "--html", str(page), "--model", str(probe_dir), "--threshold", "0", "-p", str(repo_root / "params.yaml")])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    jsonschema.validate(out, json.loads((repo_root / "docs" / "score.schema.json").read_text()))
+    assert out["answer"] == ANSWER and out["spans"]
+    assert all(ANSWER[s["start"]:s["end"]] == s["text"] for s in out["spans"])
+    html = page.read_text(encoding="utf-8")
+    assert html.startswith("<!doctype html>") and html.count('class="uq-item"') == len(out["spans"])
+
+
+def test_score_file_records_row_errors_and_scores_the_rest(probe_dir, repo_root, tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join([
+        json.dumps({"id": "a", "prompt": "Who was Marie Curie?", "response": ANSWER}),
+        '{"prompt": "unterminated',
+        json.dumps({"id": "c", "prompt": ""}),
+        json.dumps({"prompt": "Capital of Australia?", "response": "Canberra, since 1913."}),
+    ]) + "\n", encoding="utf-8")
+    out = tmp_path / "scored.jsonl"
+    assert main(["score", "--file", str(rows), "--out", str(out), "--model", str(probe_dir), "--threshold", "0",
+                 "--no-progress", "-p", str(repo_root / "params.yaml")]) == 0
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["line"] for g in got] == [1, 2, 3, 4]
+    assert got[0]["id"] == "a" and got[0]["result"]["answer"] == ANSWER
+    assert "JSONDecodeError" in got[1]["error"] and got[2] == {"line": 3, "id": "c", "error": "the prompt is empty"}
+    assert got[3]["result"]["spans"]
+    assert "2 of 4 rows scored, 2 errors recorded" in capsys.readouterr().err
+
+
+def test_terminal_view_colours_only_when_asked(scorer):
+    r = scorer.score("Who was Marie Curie?", response=ANSWER)
+    plain, coloured = terminal_view(r, colour_on=False), terminal_view(r, colour_on=True)
+    assert "\x1b[" not in plain and "\x1b[48;2;" in coloured
+    assert f"[{r.spans[0].text}" in plain and "likely wrong" in plain and f"û_seq = {r.u_seq:.2f}" in plain
+    assert all(repr(s.text) in plain for s in r.spans)
+
+
+def test_colour_is_off_for_pipes_and_with_no_color(monkeypatch):
+    import io
+
+    from spanuq.score.cli import use_colour
+
+    class TTY(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert use_colour("auto", TTY()) and not use_colour("auto", io.StringIO())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not use_colour("auto", TTY()) and use_colour("always", io.StringIO())
+    with pytest.raises(SystemExit):
+        main(["score", "--color", "sometimes"])

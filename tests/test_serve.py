@@ -1,0 +1,122 @@
+"""`spanuq serve`, started by the tests on 127.0.0.1: the JSON API, bad input, concurrency, the web page."""
+import asyncio
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from spanuq.llamacpp import free_port
+
+ANSWER = "Canberra is the capital of Australia. It was founded in 1913, and its lake is named after Walter Griffin."
+
+
+@pytest.fixture(scope="module")
+def service(scorer):
+    """The real uvicorn server around the session's scorer, on a free loopback port."""
+    import uvicorn
+
+    from spanuq.serve import create_app
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(scorer), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.2)
+    yield url
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+def test_score_answers_with_the_api_result_and_the_docs_are_served(service, scorer):
+    r = httpx.post(f"{service}/score", json={"prompt": "What is the capital of Australia?", "response": ANSWER},
+                   timeout=300)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    direct = scorer.score("What is the capital of Australia?", response=ANSWER)
+    assert [(s["start"], s["end"]) for s in got["spans"]] == [(s.start, s.end) for s in direct.spans]
+    assert [s["u"] for s in got["spans"]] == pytest.approx([s.u for s in direct.spans], abs=1e-4)
+    assert httpx.get(f"{service}/health").json()["backbone"] == "smollm2-135m"
+    assert "/score" in httpx.get(f"{service}/openapi.json").json()["paths"]
+    assert httpx.get(f"{service}/docs").status_code == 200
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({"prompt": ""}, 422, "prompt is empty"),
+    ({"prompt": "x" * 100_000}, 413, "max_prompt_chars"),
+    (b'{"prompt": "Who', 400, "not valid JSON"),
+    (b'{"prompt": "caf\xe9"}', 400, "not UTF-8"),
+    ({"prompt": "Who?", "response": " ".join(f"word{i}" for i in range(9_000))}, 422, "context of 8,192 tokens"),
+    ({"prompt": "Who?", "colour": "red"}, 422, "colour: Extra inputs are not permitted"),
+    ({"text": "Who?"}, 422, "prompt: Field required"),
+    (b"x" * 600_000, 413, "larger than"),
+])
+def test_bad_requests_get_a_clear_4xx_and_the_service_stays_up(service, body, status, message):
+    kw = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, bytes) else {"json": body}
+    r = httpx.post(f"{service}/score", timeout=300, **kw)
+    assert r.status_code == status and message in r.json()["detail"], r.text
+    assert httpx.get(f"{service}/health").json()["status"] == "ok"
+
+
+def test_batch_scores_every_item_and_reports_each_items_error(service):
+    items = [{"prompt": "Capital?", "response": ANSWER}, {"prompt": "   "}, {"prompt": "Who?", "response": "Nobody knows."}]
+    r = httpx.post(f"{service}/score/batch", json={"items": items}, timeout=300)
+    res = r.json()["results"]
+    assert r.status_code == 200 and len(res) == 3
+    assert res[0]["answer"] == ANSWER and res[2]["answer"] == "Nobody knows."
+    assert res[1] == {"status": 422, "error": "the prompt is empty"}
+    assert httpx.post(f"{service}/score/batch", json={"items": items * 11}).status_code == 413
+
+
+def test_fifty_concurrent_requests_are_all_answered(service):
+    async def run():
+        async with httpx.AsyncClient(timeout=600) as client:
+            reqs = [client.post(f"{service}/score", json={"prompt": f"Question {i}?", "response": f"{ANSWER} ({i})"})
+                    for i in range(50)]
+            return await asyncio.gather(*reqs)
+
+    before = httpx.get(f"{service}/health").json()["batches"]
+    out = asyncio.run(run())
+    assert [r.status_code for r in out] == [200] * 50
+    assert sorted(r.json()["prompt"] for r in out) == sorted(f"Question {i}?" for i in range(50))
+    assert all(r.json()["answer"].endswith(f"({r.json()['prompt'][9:-1]})") for r in out)  # each got its own answer
+    batches = httpx.get(f"{service}/health").json()["batches"] - before
+    assert batches < 50  # queued requests were scored together
+
+
+@pytest.mark.browser
+def test_the_web_page_shows_the_spans_and_scores_of_the_json_api(service, tmp_path):
+    from browser import chromium
+
+    prompt = "Who was Marie Curie?"
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1000, "height": 760})
+        page.goto(service)
+        page.fill("#prompt", prompt)
+        page.click("#submit")
+        page.wait_for_selector("#result[data-ready]", timeout=300_000)
+        assert page.inner_text("#status").endswith("s"), page.inner_text("#status")
+        shown = page.eval_on_selector_all("li.uq-item", "els => els.map(e => [+e.dataset.start, +e.dataset.end, +e.dataset.u])")
+        covered = page.eval_on_selector_all("span.uq", "els => els.flatMap(e => e.dataset.spans.split(' ').map(Number))")
+        titles = page.eval_on_selector_all("span.uq", "els => els.map(e => e.title)")
+        answer = page.eval_on_selector("#result", "e => JSON.parse(e.dataset.json).answer")
+        out = Path(os.environ.get("SPANUQ_ARTIFACTS", tmp_path))
+        out.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(out / "web.png"), full_page=True)
+    api = httpx.post(f"{service}/score", json={"prompt": prompt}, timeout=300).json()
+    assert answer == api["answer"] and api["spans"]
+    assert len(shown) == len(api["spans"]) and set(covered) == set(range(len(api["spans"])))
+    for (start, end, u), s in zip(shown, api["spans"]):
+        assert (start, end) == (s["start"], s["end"]) and u == pytest.approx(s["u"], abs=1e-4)
+    assert all(t.startswith("u = ") for t in titles)  # hover shows the score
+    assert (out / "web.png").stat().st_size > 10_000
