@@ -6,6 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
+# Browser tests (the web viewer, the HTML report) drive Debian's chromium: install it when missing.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "setup: installing Debian's chromium for the browser tests"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/tmp/spanuq-apt.log 2>&1 \
+    || echo "setup: warning: could not install chromium (see /tmp/spanuq-apt.log); browser tests will be skipped" >&2
+fi
 stamp=.venv/.spanuq-setup
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
