@@ -215,3 +215,57 @@ def test_every_labelled_span_gets_a_downstream_score():
     s = scores_for_labelled([ex], detected, [np.array([0.9, 0.2])], iou_threshold=0.3, prior=0.4)[0]
     # [0,3] matched by [0,4] (IoU .8); [10,12] overlaps [11,11] below the IoU threshold; [20,21] nothing → prior
     np.testing.assert_allclose(s, [0.9, 0.2, 0.4])
+
+
+# ---------------------------------------------------------------- the backbone asked about each claim
+
+@pytest.fixture(scope="module")
+def claims_context():
+    from types import SimpleNamespace
+
+    from spanuq.baselines.context import AnswerContext, AnswerInfo, SpanInfo
+
+    answer = "Canberra is the capital of Australia. It was founded in 1913."
+    info = AnswerInfo("q1", "What is the capital of Australia?", "", answer, [], [], [
+        SpanInfo(0, 8, "Canberra", "Canberra is the capital of Australia."),
+        SpanInfo(56, 60, "1913", "Canberra was founded in 1913.")])
+    ex = SimpleNamespace(prompt_id="q1", spans=torch.tensor([[0, 1], [12, 13]]))
+    return AnswerContext({"q1": info}), [ex]
+
+
+@pytest.fixture(scope="module")
+def asker(make_cfg_module):
+    from spanuq.baselines.backbone import BackboneAsker
+    from spanuq.llm import load_backbone
+
+    cfg = make_cfg_module()
+    model, tok = load_backbone(cfg)
+    return BackboneAsker(model, tok, batch_size=4, system_prompt=cfg.backbone.system_prompt)
+
+
+@pytest.fixture(scope="module")
+def make_cfg_module(tmp_path_factory):
+    from spanuq.config import load_config
+
+    from conftest import REPO
+
+    d = tmp_path_factory.mktemp("cfg")
+    return lambda *o: load_config(REPO / "params.yaml", [f"paths.data={d / 'data'}", "backbone.device=cpu", *o])
+
+
+def test_p_true_verbalized_and_self_verification_score_every_claim_and_count_their_cost(claims_context, asker):
+    from spanuq.baselines.backbone import PTrue, SelfVerify, Verbalized
+
+    context, examples = claims_context
+    p = PTrue(context, asker).score(examples)[0]
+    assert p.shape == (2,) and ((p > 0) & (p < 1)).all()
+    assert asker.cost.forward_passes == 2 and asker.cost.generated_tokens == 0
+
+    v = Verbalized(context, asker, max_new_tokens=4)
+    s = v.score(examples)[0]
+    assert s.shape == (2,) and ((s >= 0) & (s <= 1)).all()
+    assert v.notes["claims_asked"] == 2 and 0 <= v.notes["parse_failures"] <= 2
+    assert all(x == 0.5 for x, a in zip(s, v.notes["example_answers"]) if not any(c.isdigit() for c in a))
+
+    sv = SelfVerify(context, asker).score(examples)[0]
+    assert sv.shape == (2,) and sv[0] == sv[1] and sv[0] in (0.0, 0.5, 1.0)  # fraction judged False, broadcast
