@@ -287,9 +287,12 @@ class BaselinesConfig(_Section):
     eigenscore_alpha: float = 1.0e-3  # INSIDE's jitter α
     kle_t: float = 0.3  # KLE heat-kernel time (Nikitin et al.; lm-polygraph default)
     entropy_fraction: float = 0.7  # entropy-threshold detector: tokens with H ≥ fraction · max H
-    verbalized_max_tokens: int = 6
+    verbalized_max_tokens: int = 4
     backbone_batch_size: int = 8
-    cost_answers: int = 5  # test answers whose S samples are re-generated to time the sampling methods
+    # dtype of the backbone the asking methods (verbalized, P(True), self-verification) query; null: backbone.dtype.
+    # SpanUQ's cost row is always timed with backbone.dtype, as the extract stage runs it.
+    backbone_dtype: Literal["float32", "bfloat16", "float16"] | None = "bfloat16"
+    cost_answers: int = 3  # test answers whose S samples are re-generated to time the sampling methods
     device: str = "auto"  # NLI / embedding device
 
 

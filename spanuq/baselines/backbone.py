@@ -10,8 +10,10 @@ asked about the claim text, in the question's context, through its chat template
 * P(True) (Kadavath et al. 2022): one forward pass; with p_T, p_F the next-token
   probabilities of "True" and "False",  û = p_F / (p_T + p_F).
 * FActScore-style self-verification (Min et al. 2023, the backbone as its own
-  verifier): a greedy True/False verdict per claim (the first generated token; when
-  it is neither word, the larger of p_T and p_F decides, FActScore's fallback).
+  verifier): a greedy True/False verdict per claim on P(True)'s question (the first
+  generated token; when it is neither word, the larger of p_T and p_F decides,
+  FActScore's fallback).  In one run the two share their forward passes; each
+  method's cost counts them in full (``BackboneCost.reused_seconds``).
   The answer's score is the fraction of its claims judged False (1 − FActScore),
   broadcast to its spans.
 
@@ -33,10 +35,9 @@ from .context import AnswerContext, AnswerInfo
 
 VERBALIZED = ("Question: {question}\nClaim: {claim}\n"
               "How confident are you that the claim is correct? Reply with only a number from 0 to 100.")
+VERBALIZED_PREFIX = "Confidence (0-100): "  # the reply is started for the model, so it continues with a number
 P_TRUE = ("Question: {question}\nProposed claim: {claim}\n"
           "Is the proposed claim true or false? Answer with one word: True or False.")
-SELF_VERIFY = ("Answer the question about the statement.\nContext question: {question}\n"
-               "Statement: {claim}\nIs the statement true? Answer True or False.")
 _INT = re.compile(r"\d{1,3}")
 
 
@@ -45,6 +46,7 @@ class BackboneCost:
     forward_passes: int = 0
     prompt_tokens: int = 0
     generated_tokens: int = 0
+    reused_seconds: float = 0.0  # time of passes another method already ran (counted for both)
 
 
 class BackboneAsker:
@@ -55,6 +57,7 @@ class BackboneAsker:
         self.tok.padding_side = "left"
         self.device = next(model.parameters()).device
         self.cost = BackboneCost()
+        self._next: dict[str, tuple[np.ndarray, float]] = {}  # text -> (probs, seconds): shared by methods
 
     def token_id(self, word: str) -> int:
         """The first token of ``word`` as the assistant's reply would start with it."""
@@ -72,21 +75,31 @@ class BackboneAsker:
 
     @torch.inference_mode()
     def next_token_probs(self, texts: list[str]) -> np.ndarray:
-        """(N, V) next-token distribution after each chat-templated text (one forward pass each)."""
-        out = []
-        for s in range(0, len(texts), self.batch_size):
-            enc = self._encode(self._chat(texts[s: s + self.batch_size]))
-            logits = self.model(**enc).logits[:, -1].float()
-            out.append(torch.softmax(logits, -1).cpu().numpy())
-            self.cost.forward_passes += len(enc["input_ids"])
-        return np.concatenate(out) if out else np.zeros((0, 0))
+        """(N, V) next-token distribution after each chat-templated text (one forward pass each).
+
+        Every text's pass counts for every method that asks it; a text already asked
+        in this run is not recomputed, its measured time is added to ``reused_seconds``."""
+        import time
+
+        todo = list(dict.fromkeys(t for t in texts if t not in self._next))
+        for s in range(0, len(todo), self.batch_size):
+            batch = todo[s: s + self.batch_size]
+            t0 = time.perf_counter()
+            enc = self._encode(self._chat(batch))
+            probs = torch.softmax(self.model(**enc).logits[:, -1].float(), -1).cpu().numpy()
+            dt = (time.perf_counter() - t0) / len(batch)
+            self._next.update((t, (p, dt)) for t, p in zip(batch, probs))
+        unique = set(texts)  # claims sharing a clause share their question: asked once
+        self.cost.forward_passes += len(unique)
+        self.cost.reused_seconds += sum(self._next[t][1] for t in unique - set(todo))
+        return np.stack([self._next[t][0] for t in texts]) if texts else np.zeros((0, 0))
 
     @torch.inference_mode()
-    def generate(self, texts: list[str], max_new_tokens: int) -> list[str]:
-        """Greedy answers (special tokens stripped)."""
+    def generate(self, texts: list[str], max_new_tokens: int, prefix: str = "") -> list[str]:
+        """Greedy answers (special tokens stripped), the reply started with ``prefix``."""
         out, eos = [], self.tok.eos_token_id
         for s in range(0, len(texts), self.batch_size):
-            enc = self._encode(self._chat(texts[s: s + self.batch_size]))
+            enc = self._encode([c + prefix for c in self._chat(texts[s: s + self.batch_size])])
             gen = self.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                       pad_token_id=self.tok.pad_token_id, eos_token_id=eos)
             for row in gen[:, enc["input_ids"].shape[1]:].tolist():
@@ -96,6 +109,14 @@ class BackboneAsker:
                 self.cost.forward_passes += n
                 out.append(self.tok.decode(row, skip_special_tokens=True).strip())
         return out
+
+
+def asker_config(cfg):
+    """The config with ``backbone.dtype`` = ``baselines.backbone_dtype`` (null: the backbone's own)."""
+    dtype = cfg.baselines.backbone_dtype
+    if dtype is None:
+        return cfg
+    return cfg.model_copy(update={"backbone": cfg.backbone.model_copy(update={"dtype": dtype})})
 
 
 def parse_confidence(text: str) -> float | None:
@@ -123,7 +144,7 @@ class BackboneScorer(SpanScorer):
         if asker is None:
             from ..llm import load_backbone
 
-            model, tok = load_backbone(cfg)
+            model, tok = load_backbone(asker_config(cfg))
             asker = BackboneAsker(model, tok, cfg.baselines.backbone_batch_size, cfg.backbone.system_prompt)
         return cls(context, asker, **{"max_new_tokens": cfg.baselines.verbalized_max_tokens, **overrides})
 
@@ -149,7 +170,7 @@ class Verbalized(BackboneScorer):
 
     def score(self, examples: list[ResponseExample]) -> list[np.ndarray]:
         infos, texts = self._claims(examples, VERBALIZED)
-        answers = self.asker.generate(texts, self.max_new_tokens)
+        answers = self.asker.generate(texts, self.max_new_tokens, VERBALIZED_PREFIX)
         conf = [parse_confidence(a) for a in answers]
         self.notes["parse_failures"] = self.notes.get("parse_failures", 0) + sum(c is None for c in conf)
         self.notes["claims_asked"] = self.notes.get("claims_asked", 0) + len(conf)
@@ -186,6 +207,6 @@ class SelfVerify(BackboneScorer):
         return np.array(out)
 
     def score(self, examples: list[ResponseExample]) -> list[np.ndarray]:
-        infos, texts = self._claims(examples, SELF_VERIFY)
+        infos, texts = self._claims(examples, P_TRUE)  # the same question as P(True): its passes are shared
         per_claim = self._split(self.claim_verdicts(texts), infos)
         return broadcast_to_spans([float(v.mean()) if len(v) else 0.0 for v in per_claim], examples)

@@ -119,6 +119,11 @@ class EmbeddingNLI:
         return cls(load_embedder(cfg.embedding_model, cfg.device), load_spacy(spacy_model),
                    cfg.entail_cosine, cfg.entail_temperature, cfg.nli_batch_size)
 
+    def clear(self) -> None:
+        """Forget cached embeddings and key terms (so a timed run pays for them)."""
+        self._emb.clear()
+        self._terms.clear()
+
     def embed(self, texts: list[str]) -> np.ndarray:
         """Unit-norm embeddings, cached per text."""
         todo = sorted({t for t in texts if t not in self._emb})

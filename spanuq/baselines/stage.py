@@ -62,9 +62,11 @@ class Shared:
 
     def asker(self):
         if self._asker is None:
-            from .backbone import BackboneAsker
+            from ..llm import load_backbone
+            from .backbone import BackboneAsker, asker_config
 
-            model, tok = self.backbone()
+            acfg = asker_config(self.cfg)
+            model, tok = self.backbone() if acfg is self.cfg else load_backbone(acfg)
             self._asker = BackboneAsker(model, tok, self.cfg.baselines.backbone_batch_size,
                                         self.cfg.backbone.system_prompt)
         return self._asker
@@ -119,10 +121,20 @@ def run_method(name: str, cfg: Config, shared: Shared, train, dev, test) -> tupl
     b.fit(train, dev)
     t1 = time.perf_counter()
     asker = shared._asker if "backbone" in b.requires else None
-    cost0 = (asker.cost.forward_passes, asker.cost.generated_tokens) if asker else (0, 0)
+    cost0 = (asker.cost.forward_passes, asker.cost.generated_tokens, asker.cost.reused_seconds) if asker else (0, 0, 0)
     nli0 = getattr(b, "nli_calls", None)
+    if hasattr(getattr(b, "nli", None), "clear"):
+        b.nli.clear()  # each method pays for embedding its own texts
     test_scores = b.score(test)
     t2 = time.perf_counter()
+    n = max(len(test), 1)
+    reused = asker.cost.reused_seconds - cost0[2] if asker else 0.0
+    cost = {"fit_seconds": round(t1 - t0, 3), "method_seconds_per_answer": (t2 - t1 + reused) / n}
+    if asker:
+        cost["forward_passes_per_answer"] = (asker.cost.forward_passes - cost0[0]) / n
+        cost["generated_tokens_per_answer"] = (asker.cost.generated_tokens - cost0[1]) / n
+    if nli0 is not None:
+        cost["nli_calls_per_answer"] = (b.nli_calls - nli0) / n
     row = oracle_span_metrics(test_scores, test, ec, bootstrap=ec.bootstrap)
     native = getattr(b, "native_sequences", None)
     if native is not None:
@@ -135,13 +147,6 @@ def run_method(name: str, cfg: Config, shared: Shared, train, dev, test) -> tupl
         if t is not None:
             cal = oracle_span_metrics(test_scores, test, ec, bootstrap=0, temperature=t)["span"]
             row["span"]["ece_cal"], row["span"]["temperature"] = cal.get("ece_cal"), t
-    n = max(len(test), 1)
-    cost = {"fit_seconds": round(t1 - t0, 3), "method_seconds_per_answer": (t2 - t1) / n}
-    if asker:
-        cost["forward_passes_per_answer"] = (asker.cost.forward_passes - cost0[0]) / n
-        cost["generated_tokens_per_answer"] = (asker.cost.generated_tokens - cost0[1]) / n
-    if nli0 is not None:
-        cost["nli_calls_per_answer"] = (b.nli_calls - nli0) / n
     row.update({"granularity": b.granularity, "oracle_spans": bool(b.oracle_spans), "bounded": bool(b.bounded),
                 "implementation": getattr(b, "label", ""), "notes": getattr(b, "notes", {}), "cost": cost})
     return row, np.concatenate(test_scores) if test_scores else np.zeros(0), b
