@@ -292,6 +292,7 @@ class BaselinesConfig(_Section):
     # dtype of the backbone the asking methods (verbalized, P(True), self-verification) query; null: backbone.dtype.
     # SpanUQ's cost row is always timed with backbone.dtype, as the extract stage runs it.
     backbone_dtype: Literal["float32", "bfloat16", "float16"] | None = "bfloat16"
+    bootstrap: int = 200  # cluster-bootstrap resamples for the CIs of every row (evaluate.bootstrap: SpanUQ's)
     cost_answers: int = 3  # test answers whose S samples are re-generated to time the sampling methods
     device: str = "auto"  # NLI / embedding device
 

@@ -135,11 +135,11 @@ def run_method(name: str, cfg: Config, shared: Shared, train, dev, test) -> tupl
         cost["generated_tokens_per_answer"] = (asker.cost.generated_tokens - cost0[1]) / n
     if nli0 is not None:
         cost["nli_calls_per_answer"] = (b.nli_calls - nli0) / n
-    row = oracle_span_metrics(test_scores, test, ec, bootstrap=ec.bootstrap)
+    row = oracle_span_metrics(test_scores, test, ec, bootstrap=cfg.baselines.bootstrap)
     native = getattr(b, "native_sequences", None)
     if native is not None:
         row["sequence"] = sequence_metrics([_u_seq(e) for e in test], native(test), ec.seq_positive_threshold,
-                                           ec.bootstrap, ec.seed)
+                                           cfg.baselines.bootstrap, ec.seed)
     if "backbone" in b.requires:  # backbone methods run on the test split only (the time budget)
         row["span"]["ece_cal"] = undefined("no dev temperature: backbone methods are run on the test split only")
     elif dev:
@@ -174,11 +174,12 @@ def run_detectors(cfg: Config, shared: Shared, mlp, train, test) -> tuple[dict, 
             rows[name] = {"unavailable": f"{type(e).__name__}: {e}"}
             continue
         per_gt = scores_for_labelled(test, found, s, ec.iou_threshold, prior)
-        det_m = detection_metrics(found, [e.spans.numpy() for e in test], ec.iou_threshold, ec.bootstrap, ec.seed)
+        det_m = detection_metrics(found, [e.spans.numpy() for e in test], ec.iou_threshold, cfg.baselines.bootstrap,
+                                  ec.seed)
         n_gt = det_m["n_gt"]
         rows[name] = {"detection": det_m,
                       "coverage": defined(det_m["n_matched"] / n_gt) if n_gt else undefined("no labelled spans"),
-                      "span": oracle_span_metrics(per_gt, test, ec, bootstrap=ec.bootstrap)["span"],
+                      "span": oracle_span_metrics(per_gt, test, ec, bootstrap=cfg.baselines.bootstrap)["span"],
                       "spans_per_answer": float(np.mean([len(f) for f in found])),
                       "cost": {"fit_seconds": round(t1 - t0, 3), "method_seconds_per_answer": (t2 - t1) / len(test)}}
         scores[name] = np.concatenate(per_gt)
