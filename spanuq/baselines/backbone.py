@@ -197,7 +197,7 @@ class SelfVerify(BackboneScorer):
         p = self.asker.next_token_probs(texts)
         if not len(p):
             return np.zeros(0)
-        self.asker.cost.generated_tokens += len(p)
+        self.asker.cost.generated_tokens += len(set(texts))  # one verdict token per distinct question
         t_id, f_id = self.asker.token_id("True"), self.asker.token_id("False")
         out = []
         for row in p:
