@@ -30,9 +30,10 @@ For a greedy answer r with samples s_1..s_S (``generations.jsonl``):
       KLE = − tr(K̃ log K̃) / log S = − Σ_i λ_i log λ_i / log S
       (0 for S equivalent answers as t grows, 1 for S mutually contradicting ones).
 
-Each is a sequence-level score broadcast to the answer's spans; entropies and
-EigenScore are min–max scaled on the train split (`MinMaxScaler`, monotone) so MAE
-and ECE are defined.
+Each is a sequence-level score broadcast to the answer's spans.  Semantic entropy
+is divided by its maximum log S and KLE is already scaled so (both in [0, 1]);
+EigenScore is min–max scaled on dev (`MinMaxScaler`, monotone), so MAE and ECE are
+defined for every row.
 """
 from __future__ import annotations
 
@@ -171,8 +172,9 @@ class SamplingScorer(SequenceScorer):
         return out
 
     def fit(self, train: list[ResponseExample], dev: list[ResponseExample]) -> None:
+        """Min–max scaling from dev (smaller than train: the samples cost NLI calls), else train."""
         if self.scale:
-            self.scaler.fit(self.raw(train or dev))
+            self.scaler.fit(self.raw(dev or train))
 
     def score_sequences(self, examples: list[ResponseExample]) -> np.ndarray:
         r = self.raw(examples)
@@ -209,16 +211,21 @@ class SelfCheckNLI(SamplingScorer):
 
 
 class SemanticEntropy(SamplingScorer):
+    """Reported as SE / log S ∈ [0, 1] (S clusters of one answer each is the maximum): no fit needed."""
+
     name: ClassVar[str] = "semantic_entropy"
+    scale: ClassVar[bool] = False
 
     def raw_one(self, info: AnswerInfo) -> float:
-        if not info.samples:
+        if len(info.samples) < 2:
             return 0.0
-        return discrete_entropy(semantic_clusters(nli_matrix(info.samples, self.nli)[..., ENTAIL]))
+        se = discrete_entropy(semantic_clusters(nli_matrix(info.samples, self.nli)[..., ENTAIL]))
+        return se / np.log(len(info.samples))
 
 
 class KLE(SamplingScorer):
     name: ClassVar[str] = "kle"
+    scale: ClassVar[bool] = False  # already in [0, 1] (divided by log S)
 
     def raw_one(self, info: AnswerInfo) -> float:
         if len(info.samples) < 2:
