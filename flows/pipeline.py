@@ -77,13 +77,10 @@ def stage_outputs(name: str, cfg: Config) -> list[Path]:
     return [_resolve(o, cfg) for key in ("outs", "metrics") for o in _entries(stage.get(key))]
 
 
-def stage_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str | None:
-    """Prefect cache key: hash of the stage's inputs; None (no cache) when an output is missing."""
+def stage_cache_key(context: TaskRunContext | None, parameters: dict[str, Any]) -> str:
+    """Prefect cache key: the hash of the stage's inputs (its dvc.yaml params and deps)."""
     cfg = _config(parameters["params"], parameters["overrides"], parameters["preset"])
-    name = parameters["name"]
-    if not all(p.exists() for p in stage_outputs(name, cfg)):
-        return None
-    return hashlib.sha256(json.dumps(stage_inputs(name, cfg), sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(stage_inputs(parameters["name"], cfg), sort_keys=True).encode()).hexdigest()
 
 
 def _config(params: str, overrides: list[str], preset: str | None) -> Config:
@@ -109,7 +106,9 @@ def pipeline(backbone: str = "smollm2-135m", params: str = "params.yaml", preset
     for name in STAGES:
         if stages and name not in stages:
             continue
-        upstream = stage_task(name, params, ov, preset, upstream)
+        missing = not all(p.exists() for p in stage_outputs(name, _config(params, ov, preset)))
+        # outputs deleted (or never made here): run even when the inputs' key has a cached result
+        upstream = stage_task.with_options(refresh_cache=missing)(name, params, ov, preset, upstream)
         out[name] = upstream
         logger.info("%s: %s", name, upstream)
     return out

@@ -168,5 +168,6 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     assert next(t for t in complete if t.params == done.params).number == done.number  # not re-run
     assert after[killed.number].state == TrialState.FAIL  # the killed trial ...
     retry = next(t for t in after if t.system_attrs.get("failed_trial") == killed.number)
-    assert retry.state == TrialState.COMPLETE and retry.params == killed.params  # ... was retried once
+    assert retry.state == TrialState.COMPLETE  # ... was retried once, with its configuration
+    assert retry.params == killed.system_attrs["fixed_params"]
     assert summary["robustness"]["n_complete"] == 3
