@@ -11,6 +11,7 @@ get the same trial.  A RUNNING trial whose process stops sending heartbeats for
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from typing import Any
 
@@ -41,9 +42,18 @@ def make_storage(url: str, spec: SweepSpec) -> optuna.storages.RDBStorage:
     sig = inspect.signature(optuna.storages.RDBStorage.__init__).parameters
     kwargs["heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in sig else "failed_trial_callback"] = cb
     engine = {"pool_pre_ping": True} if not url.startswith("sqlite") else {"connect_args": {"timeout": 60}}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
+    from sqlalchemy.exc import SQLAlchemyError
+
+    for attempt in range(5):  # two processes creating the schema at once: one loses the race, then finds it
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
+        except SQLAlchemyError:
+            if attempt == 4:
+                raise
+            time.sleep(1 + attempt)
+    raise AssertionError("unreachable")
 
 
 def _sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
