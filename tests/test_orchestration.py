@@ -24,8 +24,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_DISABLE_TELEMETRY": "true"
 def _deploy_and_run(env, tmp, params: dict, workers: dict[str, int]) -> float:
     """Pool + deployments, one worker per entry {node: slots}, then `prefect deployment run --watch`."""
     cli([str(BIN / "prefect"), "work-pool", "create", "spanuq", "--type", "process"], env)
-    cli([str(BIN / "prefect"), "--no-prompt", "deploy", "-n", "sweep/smollm2-135m", "-n", "sweep-runner/smollm2-135m"],
-        env, cwd=REPO)
+    cli([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], env, cwd=REPO)  # every deployment of prefect.yaml
     stack = []
     try:
         for node, slots in workers.items():

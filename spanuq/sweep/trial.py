@@ -92,7 +92,7 @@ def run_trial(spec: SweepSpec, storage_url: str, trial_id: int, out_dir: Path,
     from ..llm import resolve_device
     from ..model import save_checkpoint
     from ..train import evaluate_model, train_probe
-    from .slots import node_name
+    from .slots import node_name, visible_slots
     from .study import open_study
 
     study = open_study(spec, storage_url)
@@ -120,8 +120,8 @@ def run_trial(spec: SweepSpec, storage_url: str, trial_id: int, out_dir: Path,
             test = load_examples(feats, paths.labels, ("test",))
             if not train or not dev:
                 raise ValueError(f"sweep needs train and dev answers in {paths.labels} (got {len(train)}, {len(dev)})")
-            if cfg.train.num_threads is None:
-                torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("SPANUQ_GPU_SLOTS", "1") or 1))))
+            if cfg.train.num_threads is None:  # the machine's cores shared by its slots
+                torch.set_num_threads(max(1, (os.cpu_count() or 1) // len(visible_slots())))
 
             def on_epoch(epoch: int, row: dict) -> None:
                 tracking.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=epoch)
