@@ -47,13 +47,13 @@ def test_a_trial_config_is_the_grid_point_as_overrides(tmp_path):
         load_spec(bad)
 
 
-def test_two_workers_never_claim_the_same_configuration(tmp_path):
+def test_workers_never_claim_the_same_configuration(tmp_path):
     spec = _spec()
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = open_study(spec, url)
     assert enqueue_grid(study, spec) == 12
     assert enqueue_grid(study, spec) == 0  # a resumed coordinator queues nothing twice
-    claimed: dict[str, list] = {"a": [], "b": []}
+    claimed: dict[str, list] = {"a": [], "b": [], "c": [], "d": []}
 
     def worker(name):
         s = open_study(spec, url)  # its own connection, as on another machine
@@ -64,7 +64,7 @@ def test_two_workers_never_claim_the_same_configuration(tmp_path):
     threads = [threading.Thread(target=worker, args=(n,)) for n in claimed]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    ids = claimed["a"] + claimed["b"]
+    ids = [i for got in claimed.values() for i in got]
     assert len(ids) == len(set(ids)) == 12
     params = [json.dumps(t.system_attrs["fixed_params"], sort_keys=True) for t in study.get_trials()]
     assert len(set(params)) == 12 and unfinished(study) == 0

@@ -3,8 +3,7 @@
 Storage is any SQLAlchemy URL: ``sqlite:///optuna.db`` on one machine, PostgreSQL
 (``postgresql+psycopg2://...``) when several machines share one study.  Trials are
 handed out through Optuna's queue of WAITING trials: ``claim_trial`` flips one from
-WAITING to RUNNING with the storage's row-locked state update, so two workers never
-get the same trial.  A RUNNING trial whose process stops sending heartbeats for
+WAITING to RUNNING with one conditional UPDATE, so two workers never get the same trial.  A RUNNING trial whose process stops sending heartbeats for
 ``grace_s`` is failed by ``fail_stale_trials`` and re-queued once
 (``RetryFailedTrialCallback``-style, Optuna's own callback).
 """
@@ -114,16 +113,32 @@ def claim_trial(study: optuna.Study, spec: SweepSpec) -> int | None:
     storage = study._storage
     fail_stale_trials(study)
     for t in storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.WAITING,)):
-        try:
-            if storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
-                return t._trial_id
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # another worker took it
+        if _take_waiting(storage, t._trial_id):
+            return t._trial_id
     if spec.sampler != "grid":
         originals = [t for t in study.get_trials(deepcopy=False) if "failed_trial" not in t.system_attrs]
         if len(originals) < (spec.n_trials or 0):
             return study._storage.create_new_trial(study._study_id)
     return None
+
+
+def _take_waiting(storage, trial_id: int) -> bool:
+    """WAITING → RUNNING as one conditional UPDATE: exactly one of several claimers wins.
+
+    Optuna's own ``set_trial_state_values`` reads, then writes; on PostgreSQL the read
+    locks the row, but on sqlite two processes can both read WAITING and both "win".
+    """
+    from datetime import datetime, timezone
+
+    from optuna.storages._rdb import models
+    from sqlalchemy import update
+
+    backend = getattr(storage, "_backend", storage)  # under Optuna's per-process cache
+    table = models.TrialModel.__table__
+    stmt = (update(table).where(table.c.trial_id == trial_id, table.c.state == TrialState.WAITING)
+            .values(state=TrialState.RUNNING, datetime_start=datetime.now(timezone.utc).replace(tzinfo=None)))
+    with backend.engine.begin() as conn:
+        return conn.execute(stmt).rowcount == 1
 
 
 def unfinished(study: optuna.Study) -> int:
