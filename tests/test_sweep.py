@@ -136,3 +136,36 @@ def test_sweep_runs_trials_in_processes_and_survives_a_crashing_configuration(tm
     assert mv.run_id == ok.user_attrs["mlflow_run_id"]
     assert (sw.out_dir / "robustness.md").read_text().startswith("| Model | Best | Median | Worst | IQR")
     assert mlflow.MlflowClient().get_run(parent).info.status == "FINISHED"
+
+
+def test_a_trial_process_killed_like_by_the_oom_killer_is_failed_with_its_exit_status(tmp_path):
+    import os
+    import signal
+
+    import psutil
+
+    from spanuq.sweep import run_one
+
+    write_synthetic_run(tmp_path / "data")
+    spec = write_sweep_file(tmp_path / "sweep.yaml", {"train.lr": [1e-3]}, epochs=50, study="killed")
+    sw = Sweep.from_files(spec, f"sqlite:///{tmp_path / 'optuna.db'}", [
+        f"paths.data={tmp_path / 'data'}", f"paths.cache={tmp_path / 'cache'}",
+        f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"])
+    parent = prepare(sw)
+    result = []
+    runner = threading.Thread(target=lambda: result.append(run_one(sw, parent, "")))
+    runner.start()
+    deadline = time.monotonic() + 300
+    while True:  # kill the trial process once its MLflow run exists (it is training)
+        kids = [p for p in psutil.Process().children() if "spanuq.sweep.trial" in " ".join(p.cmdline())]
+        if kids and list(sw.out_dir.glob("trial-*/mlflow_run_id")):
+            os.kill(kids[0].pid, signal.SIGKILL)
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    runner.join()
+    (trial,) = sw.study().get_trials()
+    assert result == ["FAIL"] and trial.state == TrialState.FAIL
+    assert "exited with status -9" in trial.user_attrs["error"]
+    run = mlflow.MlflowClient().get_run((sw.out_dir / "trial-0000" / "mlflow_run_id").read_text())
+    assert run.info.status == "FAILED" and "status -9" in run.data.tags["error"]
