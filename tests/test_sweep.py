@@ -153,7 +153,14 @@ def test_a_trial_process_killed_like_by_the_oom_killer_is_failed_with_its_exit_s
         f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"])
     parent = prepare(sw)
     result = []
-    runner = threading.Thread(target=lambda: result.append(run_one(sw, parent, "")))
+
+    def run():
+        try:
+            result.append(run_one(sw, parent, ""))
+        except Exception as e:  # noqa: BLE001 - shown by the assertion below
+            result.append(e)
+
+    runner = threading.Thread(target=run)
     runner.start()
     deadline = time.monotonic() + 300
     while True:  # kill the trial process once its MLflow run exists (it is training)

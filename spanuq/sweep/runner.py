@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
+import optuna
 from optuna.trial import TrialState
 
 from ..config import Config, load_config
@@ -142,7 +143,10 @@ def run_one(sw: Sweep, parent_run_id: str | None, device: str, study=None) -> st
         tail = log_path.read_text(errors="replace")[-1500:]
         error = f"trial process exited with status {proc.returncode} without reporting: {tail}"
         storage.set_trial_user_attr(trial_id, "error", error[:2000])
-        study.tell(ft.number, state=TrialState.FAIL, skip_if_finished=True)
+        try:  # the storage directly: no sampler hooks for a trial whose process is gone
+            storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
         run_file = out / f"trial-{number:04d}" / "mlflow_run_id"
         if run_file.exists():
             _fail_run(sw, run_file.read_text().strip(), error)
