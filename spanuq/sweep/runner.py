@@ -1,0 +1,283 @@
+"""Driving a sweep: prepare the study, run trials on the slots of this machine, finish.
+
+    sw = Sweep.from_files("sweeps/smollm2-135m.yaml")
+    parent = prepare(sw)                 # study + queued grid + MLflow parent run (once per sweep)
+    run_lanes(sw, parent)                # this machine's slots pull trials until none is left
+    summary = finish(sw, parent)         # robustness table, best probe registered, parent run closed
+
+Every machine of a multi-machine sweep runs ``run_lanes`` against the same storage and
+parent run; only the coordinator runs ``prepare`` and ``finish``.  The Prefect flows in
+``flows/sweep.py`` call exactly these functions (each trial a Prefect task).
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ContextManager
+
+import optuna
+from optuna.trial import TrialState
+
+from ..config import Config, load_config
+from ..io import write_json
+from ..paths import StagePaths
+from .slots import hold_slot, node_name, visible_slots
+from .spec import SweepSpec, encode, load_spec
+from .study import PARENT_RUN_ATTR, claim_trial, enqueue_grid, open_study, trial_by_id, unfinished
+
+log = logging.getLogger(__name__)
+
+
+def default_storage() -> str:
+    """``$SPANUQ_OPTUNA_STORAGE`` (e.g. a PostgreSQL URL shared by machines), else ``sqlite:///optuna.db``."""
+    return os.environ.get("SPANUQ_OPTUNA_STORAGE") or "sqlite:///optuna.db"
+
+
+@dataclass
+class Sweep:
+    spec: SweepSpec
+    spec_path: Path
+    storage: str = field(default_factory=default_storage)
+    overrides: list[str] = field(default_factory=list)  # e.g. paths.data=..., mlflow.tracking_uri=...
+
+    @classmethod
+    def from_files(cls, spec_path: str | Path, storage: str | None = None, overrides: list[str] | None = None) -> "Sweep":
+        return cls(load_spec(spec_path), Path(spec_path).resolve(), storage or default_storage(), list(overrides or []))
+
+    @property
+    def base_config(self) -> Config:
+        return load_config(self.spec.params, [*self.overrides, *self.spec.overrides], self.spec.preset)
+
+    @property
+    def out_dir(self) -> Path:
+        """``data/<backbone>/sweeps/<study>/``: trial checkpoints and logs, the robustness table."""
+        return StagePaths.from_config(self.base_config).root / "sweeps" / self.spec.study_name
+
+    def study(self):
+        return open_study(self.spec, self.storage)
+
+
+def prepare(sw: Sweep, progress: bool = False) -> str:
+    """Create (or reopen) the study, queue the grid, extract missing layer sets; returns the parent run id."""
+    from .. import tracking
+    from .trial import ensure_features, trial_config
+
+    study = sw.study()
+    layer_choices = sw.spec.space.get("backbone.layers", [None])
+    for layers in layer_choices:  # each layer set the space names needs its features
+        params = {} if layers is None else {"backbone.layers": encode(layers)}
+        ensure_features(trial_config(sw.spec, params, sw.overrides), progress=progress)
+    if sw.spec.sampler == "grid":
+        added = enqueue_grid(study, sw.spec)
+        log.info("queued %d configurations in study %s", added, sw.spec.study_name)
+    parent = study.user_attrs.get(PARENT_RUN_ATTR)
+    if parent is None:
+        cfg = sw.base_config
+        parent = tracking.create_parent_run(cfg, f"sweep-{sw.spec.study_name}", tags={
+            "stage": "sweep", "optuna.study": sw.spec.study_name, "optuna.storage": _safe_url(sw.storage)})
+        from mlflow import MlflowClient
+
+        MlflowClient().log_dict(parent, sw.spec.model_dump(mode="json"), "sweep.json")
+        study.set_user_attr(PARENT_RUN_ATTR, parent)
+    return parent
+
+
+def _safe_url(url: str) -> str:
+    """A storage URL without its password (it never reaches MLflow)."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _die_with_parent() -> None:
+    """Child side of the pipe: SIGKILL when the thread that started it dies (Linux prctl)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def run_one(sw: Sweep, parent_run_id: str | None, device: str, study=None) -> str | None:
+    """Claim one trial and run it in a child process on ``device``; None when nothing was claimable.
+
+    The child reports its own end to Optuna and MLflow.  If it vanished without doing so
+    (killed, out of memory, segfault), the trial is failed here with its exit status
+    and log tail, and its MLflow run is marked FAILED.
+    """
+    study = study or sw.study()
+    trial_id = claim_trial(study, sw.spec)
+    if trial_id is None:
+        return None
+    storage = study._storage
+    storage.record_heartbeat(trial_id)
+    out = sw.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    number = trial_by_id(study, trial_id).number
+    log_path = out / f"trial-{number:04d}.log"
+    cmd = [sys.executable, "-m", "spanuq.sweep.trial", "--spec", str(sw.spec_path), "--storage", sw.storage,
+           "--trial-id", str(trial_id), "--out", str(out)]
+    if parent_run_id:
+        cmd += ["--parent-run", parent_run_id]
+    for o in sw.overrides:
+        cmd += ["-o", o]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": device}
+    with open(log_path, "ab") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+        while True:  # heartbeat for as long as the child lives
+            try:
+                proc.wait(timeout=sw.spec.heartbeat_s)
+                break
+            except subprocess.TimeoutExpired:
+                storage.record_heartbeat(trial_id)
+    ft = trial_by_id(study, trial_id)
+    if ft.state == TrialState.RUNNING:
+        tail = log_path.read_text(errors="replace")[-1500:]
+        error = f"trial process exited with status {proc.returncode} without reporting: {tail}"
+        storage.set_trial_user_attr(trial_id, "error", error[:2000])
+        try:  # the storage directly: no sampler hooks for a trial whose process is gone
+            storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
+        run_file = out / f"trial-{number:04d}" / "mlflow_run_id"
+        if run_file.exists():
+            _fail_run(sw, run_file.read_text().strip(), error)
+        ft = trial_by_id(study, trial_id)
+    log.info("trial %d on %s [%s]: %s", number, node_name(), device, ft.state.name)
+    return ft.state.name
+
+
+def _fail_run(sw: Sweep, run_id: str, error: str) -> None:
+    from mlflow import MlflowClient
+
+    from .. import tracking
+
+    tracking._setup(sw.base_config)
+    client = MlflowClient()
+    client.set_tag(run_id, "error", error[:5000])
+    client.set_terminated(run_id, status="FAILED")
+
+
+def lane(sw: Sweep, parent_run_id: str | None, guard: Callable[[], ContextManager] = nullcontext,
+         slots: list[str] | None = None, poll_s: float = 2.0, on_trial: Callable[[str], None] | None = None) -> int:
+    """One slot's loop: hold a slot, run a trial, repeat until the study has nothing left; returns trials run."""
+    study = sw.study()
+    n = 0
+    while True:
+        with guard(), hold_slot(slots) as device:
+            state = run_one(sw, parent_run_id, device, study)
+        if state is not None:
+            n += 1
+            if on_trial:
+                on_trial(state)
+            continue
+        if unfinished(study) == 0:
+            return n
+        time.sleep(poll_s)  # others' trials still running: one may go stale and be re-queued
+
+
+def run_lanes(sw: Sweep, parent_run_id: str | None, n_lanes: int | None = None,
+              guard: Callable[[], ContextManager] = nullcontext) -> int:
+    """Run trials on ``n_lanes`` slots of this machine at once (default: every visible slot)."""
+    slots = visible_slots()
+    n_lanes = n_lanes or len(slots)
+    counts: list[int] = []
+    errors: list[BaseException] = []
+
+    def go():
+        try:
+            counts.append(lane(sw, parent_run_id, guard, slots))
+        except BaseException as e:  # noqa: BLE001 - surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=go, name=f"lane-{i}") for i in range(n_lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return sum(counts)
+
+
+def robustness(study) -> dict[str, Any]:
+    """Best / median / worst dev AUROC and IQR over the sweep's finished trials (paper App. robustness)."""
+    import numpy as np
+
+    trials = study.get_trials(deepcopy=False)
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    vals = np.array([t.value for t in done], dtype=float)
+    row: dict[str, Any] = {"n_complete": len(done),
+                           "n_pruned": sum(t.state == TrialState.PRUNED for t in trials),
+                           "n_failed": sum(t.state == TrialState.FAIL for t in trials)}
+    if len(vals):
+        q25, q75 = np.percentile(vals, [25, 75])
+        row.update(best=float(vals.max()), median=float(np.median(vals)), worst=float(vals.min()), iqr=float(q75 - q25))
+    else:
+        row.update(best=None, median=None, worst=None, iqr=None)
+    row["trials"] = [{"number": t.number, "state": t.state.name, "dev_auroc": t.value,
+                      "test_auroc": t.user_attrs.get("test_auroc"), "params": t.params,
+                      "node": t.user_attrs.get("node"), "cuda_visible_devices": t.user_attrs.get("cuda_visible_devices"),
+                      "error": t.user_attrs.get("error")} for t in trials]
+    return row
+
+
+def robustness_markdown(backbone: str, r: dict[str, Any]) -> str:
+    f = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+    return ("| Model | Best | Median | Worst | IQR | trials (complete / pruned / failed) |\n|---|---|---|---|---|---|\n"
+            f"| {backbone} | {f(r['best'])} | {f(r['median'])} | {f(r['worst'])} | {f(r['iqr'])} | "
+            f"{r['n_complete']} / {r['n_pruned']} / {r['n_failed']} |\n")
+
+
+def finish(sw: Sweep, parent_run_id: str) -> dict[str, Any]:
+    """Write the robustness table, register the best trial's probe, close the parent run."""
+    import mlflow
+
+    from .. import tracking
+    from .trial import trial_config
+
+    study = sw.study()
+    r = robustness(study)
+    out = sw.out_dir
+    write_json(out / "robustness.json", r)
+    (out / "robustness.md").write_text(robustness_markdown(sw.spec.backbone, r))
+    cfg = sw.base_config
+    tracking._setup(cfg)
+    client = mlflow.MlflowClient()
+    for k in ("best", "median", "worst", "iqr", "n_complete", "n_pruned", "n_failed"):
+        if r[k] is not None:
+            client.log_metric(parent_run_id, f"robustness.{k}", float(r[k]))
+    client.log_artifact(parent_run_id, str(out / "robustness.json"))
+    client.log_artifact(parent_run_id, str(out / "robustness.md"))
+    summary: dict[str, Any] = {"study": sw.spec.study_name, "parent_run_id": parent_run_id,
+                               "robustness": {k: v for k, v in r.items() if k != "trials"}}
+    if r["n_complete"]:
+        best = study.best_trial
+        summary.update(best_trial=best.number, best_dev_auroc=best.value, best_params=best.params)
+        best_cfg = trial_config(sw.spec, best.params, sw.overrides)
+        if best_cfg.mlflow.register_model and study.user_attrs.get("registered_trial") != best.number:
+            with mlflow.start_run(run_id=best.user_attrs["mlflow_run_id"]):
+                reg = tracking.log_probe(best.user_attrs["checkpoint"], best_cfg, dev_auroc=best.value)
+            study.set_user_attr("registered_trial", best.number)
+            client.set_tag(parent_run_id, "best_trial", str(best.number))
+            summary["registry"] = reg
+    write_json(out / "summary.json", summary)
+    tracking.end_run(parent_run_id)
+    return summary
+
+
+def run_sweep(spec_path: str | Path, storage: str | None = None, overrides: list[str] | None = None,
+              n_lanes: int | None = None) -> dict[str, Any]:
+    """The whole sweep on this machine, without Prefect (``python -m spanuq.sweep``)."""
+    sw = Sweep.from_files(spec_path, storage, overrides)
+    parent = prepare(sw)
+    run_lanes(sw, parent, n_lanes)
+    return finish(sw, parent)
