@@ -72,11 +72,34 @@ def format_markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines)
 
 
+def ablate_rows(cfg: Config, rows, train: list, dev: list, test: list, progress: bool = True,
+                on_row=None) -> list[dict]:
+    """Train every row on ``train``/``dev`` and score it on ``test``; one result dict per row."""
+    from .train import evaluate_model, train_probe
+
+    results = []
+    for row in tqdm(rows, desc="ablate", unit="row", disable=not progress):
+        epochs = {f"train.{k}": v for k in ("warmup_epochs", "joint_epochs")
+                  if (v := getattr(cfg.ablate, k)) is not None}
+        rcfg = row_config(cfg, {**epochs, **row.set})
+        t0 = time.perf_counter()
+        model, info = train_probe(rcfg, train, dev, progress=False)
+        seconds = time.perf_counter() - t0
+        metrics = evaluate_model(model, test, rcfg, resolve_device(rcfg.train.device))
+        values = {c: _metric(metrics, path) for c, path in COLUMNS}
+        results.append({"name": row.name, "set": row.set, "values": values, "train_seconds": round(seconds, 1),
+                        "seconds_per_epoch": round(seconds / max(1, info["epochs_run"]), 3),
+                        "epochs_run": info["epochs_run"], "best_epoch": info["best_epoch"],
+                        "n_parameters": info["n_parameters"], "metrics": metrics})
+        log.info("ablate %s: %s (%.0f s)", row.name, values, seconds)
+        if on_row:
+            on_row(results)
+    return results
+
+
 def run_ablation(cfg: Config, progress: bool = True, out_dir: str | Path | None = None,
                  only: list[str] | None = None) -> Path:
     """Train and evaluate every ``ablate.rows`` entry (or those named in ``only``); returns the folder."""
-    from .train import evaluate_model, train_probe
-
     rows = [r for r in cfg.ablate.rows if not only or r.name in only]
     if not rows:
         raise ValueError("no ablation rows: set `ablate.rows` in params.yaml" +
@@ -94,21 +117,8 @@ def run_ablation(cfg: Config, progress: bool = True, out_dir: str | Path | None 
     meta = {"backbone": cfg.backbone.name, "n_train": len(train), "n_dev": len(dev), "n_test": len(test),
             "n_test_spans": int(sum(len(e.u) for e in test)),
             "iou_threshold": cfg.evaluate.iou_threshold, "validity_threshold": cfg.evaluate.validity_threshold}
-    results = []
-    for row in tqdm(rows, desc="ablate", unit="row", disable=not progress):
-        epochs = {f"train.{k}": v for k in ("warmup_epochs", "joint_epochs")
-                  if (v := getattr(cfg.ablate, k)) is not None}
-        rcfg = row_config(cfg, {**epochs, **row.set})
-        t0 = time.perf_counter()
-        model, info = train_probe(rcfg, train, dev, progress=False)
-        seconds = time.perf_counter() - t0
-        metrics = evaluate_model(model, test, rcfg, resolve_device(rcfg.train.device))
-        values = {c: _metric(metrics, path) for c, path in COLUMNS}
-        results.append({"name": row.name, "set": row.set, "values": values, "train_seconds": round(seconds, 1),
-                        "seconds_per_epoch": round(seconds / max(1, info["epochs_run"]), 3),
-                        "epochs_run": info["epochs_run"], "best_epoch": info["best_epoch"],
-                        "n_parameters": info["n_parameters"], "metrics": metrics})
-        log.info("ablate %s: %s (%.0f s)", row.name, values, seconds)
-        write_json(out / "ablation.json", {"meta": meta, "rows": results})  # after every row: nothing lost
+    # written after every row, so a killed run keeps the rows it finished
+    results = ablate_rows(cfg, rows, train, dev, test, progress,
+                          on_row=lambda res: write_json(out / "ablation.json", {"meta": meta, "rows": res}))
     (out / "ablation.md").write_text(format_markdown(results, meta))
     return out
