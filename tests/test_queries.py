@@ -161,7 +161,7 @@ def test_invalid_queries_get_no_sequence_weight(weighting):
     u_seq, w = model.aggregate(qt, logits, u)
     torch.testing.assert_close(w.sum(-1), torch.ones(1))
     if weighting == "validity":
-        assert w[0, 2:].sum() < 1e-6 and 0.1 <= float(u_seq) <= 0.2
+        assert w[0, 2:].sum() < 1e-6 and 0.1 <= float(u_seq.detach()) <= 0.2
     else:  # the paper's softmax(p·imp): the six invalid queries carry most of û_seq
         assert w[0, 2:].sum() > 0.5 and float(u_seq) > 0.5
 
@@ -194,3 +194,19 @@ def test_ucir_rounds_share_one_assignment(shared):
     # round 2 is perfect either way; round 1's regression loss exists only under the shared assignment
     assert log["loss_l1"] < 1e-6
     assert (log["loss_round1"] > 3.0) == shared  # val BCE alone is 2·log 2 ≈ 1.39
+
+
+def test_checkpoint_round_trip_with_reference_spans(tmp_path):
+    from spanuq.model import load_checkpoint, save_checkpoint
+
+    torch.manual_seed(0)
+    cfg = TINY.model_copy(update=NEW)
+    model = SpanUQProbe(cfg, 32).eval()
+    save_checkpoint(model, cfg, 32, tmp_path / "ckpt")
+    loaded, _ = load_checkpoint(tmp_path / "ckpt")
+    assert loaded.cfg == cfg
+    batch = collate(synthetic_examples(2))
+    with torch.inference_mode():
+        a, b = forward(model, batch), forward(loaded, batch)
+    for k in ("spans", "validity_logits", "u", "u_seq"):
+        assert torch.equal(a[k], b[k]), k
