@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .mob import MLP
-from .span_ops import span_se_to_cw, suppress_duplicates
+from .span_ops import pairwise_span_iou, span_se_to_cw
 
 
 def span_position_embedding(spans: torch.Tensor, d: int, temperature: float = 10000.0) -> torch.Tensor:
@@ -93,9 +93,14 @@ def select_proposals(spans: torch.Tensor, logits: torch.Tensor, mask: torch.Tens
     for i in range(spans.shape[0]):
         real = mask[i].nonzero().flatten()
         sc, sp = logits[i, real], spans[i, real]
-        kept = suppress_duplicates(sp, sc, iou_threshold)
-        rest = [j for j in torch.argsort(sc, descending=True, stable=True).tolist() if j not in set(kept)]
-        order = (kept + rest)[:n]
+        cand = torch.argsort(sc, descending=True, stable=True)[: 4 * n]  # NMS over the best 4n only
+        sc, sp = sc[cand], sp[cand]
+        iou = pairwise_span_iou(sp.float(), sp.float()).tolist()
+        kept: list[int] = []
+        for j in range(len(cand)):  # candidates are already sorted best first
+            if all(iou[j][k] <= iou_threshold for k in kept):
+                kept.append(j)
+        order = (kept + [j for j in range(len(cand)) if j not in set(kept)])[:n]
         order = (order * math.ceil(n / len(order)))[:n]
         out.append(sp[order])
     return torch.stack(out).detach()
