@@ -1,10 +1,16 @@
 """Probe size and speed: parameters and per-response forward time, against backbone generation.
 
     python benchmarks/bench_probe.py [--tokens 300] [--repeats 10] [--threads 2] [--skip-backbone]
+                                     [--train-batch 8] [--train-tokens 64] [--train-answers 60]
 
 Measures, on CPU with batch 1 under ``torch.inference_mode`` after warm-up:
   * the paper-size probe (ProbeConfig defaults, d = 5120 as for Qwen3-14B);
-  * the CPU default probe (``params.yaml`` probe section, d = the default backbone's d_model);
+  * the CPU default probe (``params.yaml`` probe section, d = the default backbone's d_model),
+    and the same probe with the issue-9 switches off (the paper's set decoder: learned
+    queries, no reference spans, no denoising), before / after;
+  * one training step (forward + loss + backward + AdamW) of those CPU probes on a batch of
+    ``--train-batch`` answers of ``--train-tokens`` tokens, and the epoch time it implies for
+    ``--train-answers`` answers (the default run has 60);
   * the default backbone's greedy generation of a ~T-token answer (and, for reference,
     one teacher-forced forward pass over the same tokens), and the probe / generation ratio.
 """
@@ -18,8 +24,11 @@ from pathlib import Path
 import torch
 
 from spanuq.backbones import get_preset
-from spanuq.config import ProbeConfig, load_config
-from spanuq.model import SpanUQProbe
+from spanuq.config import LossConfig, ProbeConfig, load_config
+from spanuq.model import SetCriterion, SpanUQProbe
+
+# the paper's set decoder: every issue-9 switch off (ProbeConfig keeps the rest)
+PAPER_DECODER = {"seq_weighting": "paper", "query_selection": "learned", "refine": False, "dn_groups": 0}
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,6 +51,30 @@ def time_probe(cfg: ProbeConfig, d_model: int, T: int, repeats: int) -> tuple[in
             times.append(time.perf_counter() - t0)
     sd = statistics.stdev(times) if len(times) > 1 else 0.0
     return model.num_parameters(), statistics.mean(times), sd
+
+
+def time_train_step(cfg: ProbeConfig, loss_cfg: LossConfig, d_model: int, B: int, T: int,
+                    repeats: int) -> tuple[float, float]:
+    """(mean, stdev) seconds of one training step on B random answers of T tokens with 4 spans each."""
+    torch.manual_seed(0)
+    model = SpanUQProbe(cfg, d_model).train()
+    criterion = SetCriterion(loss_cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    h, ent = torch.randn(B, T, d_model), torch.rand(B, T)
+    mask, lengths = torch.ones(B, T, dtype=torch.bool), torch.full((B,), T)
+    spans = torch.tensor([[0.05, 0.15], [0.3, 0.4], [0.55, 0.6], [0.8, 0.95]])
+    targets = [{"spans": spans, "u": torch.rand(4), "u_seq": torch.tensor(0.5)} for _ in range(B)]
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        out = model(h, ent, mask, lengths, targets=targets)
+        loss, _ = criterion(out, targets, phase="joint", lengths=lengths)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i:  # the first step is warm-up
+            times.append(time.perf_counter() - t0)
+    return statistics.mean(times), statistics.stdev(times) if len(times) > 1 else 0.0
 
 
 def time_backbone(T: int) -> tuple[str, float, float, int]:
@@ -72,6 +105,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10, help="timed probe forward passes")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     ap.add_argument("--skip-backbone", action="store_true", help="only time the probes")
+    ap.add_argument("--train-batch", type=int, default=8, help="answers per training step")
+    ap.add_argument("--train-tokens", type=int, default=64, help="answer length in the training step")
+    ap.add_argument("--train-answers", type=int, default=60, help="training answers per epoch")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     T = args.tokens
@@ -79,6 +115,7 @@ def main() -> None:
     default = load_config(REPO / "params.yaml")
     d_default = get_preset(default.backbone.name).d_model
     rows = [("paper (Qwen3-14B shapes)", ProbeConfig(), 5120),
+            ("cpu default, paper decoder", default.probe.model_copy(update=PAPER_DECODER), d_default),
             (f"cpu default ({default.backbone.name})", default.probe, d_default)]
     print(f"torch {torch.__version__}, {args.threads} CPU threads, batch 1, T = {T}, {args.repeats} repeats")
     results = []
@@ -87,6 +124,11 @@ def main() -> None:
         results.append((name, mean))
         print(f"probe {name:32s} d={d:5d} d_p={cfg.d_proj:4d} N={cfg.n_queries:3d}: "
               f"{n / 1e6:7.2f}M params, forward {mean * 1e3:8.1f} ms ± {sd * 1e3:.1f} per response")
+    steps = -(-args.train_answers // args.train_batch)
+    for name, cfg, d in rows[1:]:
+        mean, sd = time_train_step(cfg, default.loss, d, args.train_batch, args.train_tokens, max(3, args.repeats // 2))
+        print(f"train step {name:27s} B={args.train_batch} T={args.train_tokens}: {mean * 1e3:8.1f} ms ± "
+              f"{sd * 1e3:.1f}; epoch of {args.train_answers} answers ≈ {mean * steps:.2f} s")
     if args.skip_backbone:
         return
     name, gen_s, fwd_s, n_new = time_backbone(T)

@@ -3,6 +3,7 @@
     spanuq generate                       # reads params.yaml
     spanuq generate -o generate.n_samples=3 --preset cpu-full
     spanuq probe-layers --layers 4,8,12,16,20,24,28
+    spanuq ablate --rows paper,default    # params.yaml `ablate.rows`, one table
     spanuq llama-server --port 8080       # the shipped GGUF behind an OpenAI-compatible API
     spanuq score "Who was Marie Curie?"   # the answer with its likely-wrong spans (docs/score.md)
     spanuq serve                          # HTTP API + web page on 127.0.0.1:8000
@@ -51,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     _add_config_args(sp)
     sp.add_argument("--layers", default=None, help="comma-separated layer indices (default: every 2nd layer)")
     sp.add_argument("--out", default=None, help="output folder (default: data/<backbone>/layer_probe)")
+    sp = sub.add_parser("ablate", help="train every params.yaml `ablate.rows` switch set on one split: one table")
+    _add_config_args(sp)
+    sp.add_argument("--rows", default=None, help="comma-separated row names (default: all)")
+    sp.add_argument("--out", default=None, help="output folder (default: data/<backbone>/ablation)")
     sp = sub.add_parser("llama-server", help="serve the backbone's shipped GGUF (llama.cpp, OpenAI-compatible)")
     _add_config_args(sp)
     sp.add_argument("--host", default="127.0.0.1")
@@ -80,6 +85,13 @@ def main(argv: list[str] | None = None) -> int:
 
             layers = [int(x) for x in args.layers.split(",")] if args.layers else None
             run_layer_probe(cfg, layers=layers, out_dir=args.out, progress=not args.no_progress)
+        elif args.cmd == "ablate":
+            from .ablate import run_ablation
+
+            out = run_ablation(cfg, progress=not args.no_progress, out_dir=args.out,
+                               only=args.rows.split(",") if args.rows else None)
+            print(f"ablate: wrote {out}")
+
         elif args.cmd in ("score", "serve"):
             from .score.cli import run_score, run_serve
 

@@ -217,6 +217,13 @@ class ProbeConfig(_Section):
     ucir: bool = True
     ucir_alpha: float = 0.7
     boundary: Literal["regression", "pointer"] = "regression"
+    # issue 9 (docs/detector.md): paper-compatible unless switched on
+    seq_weighting: Literal["validity", "paper"] = "validity"  # Eq. 8 weights: softmax(log p + imp) | softmax(p·imp)
+    query_selection: Literal["learned", "two_stage"] = "learned"  # two_stage: top encoder proposals seed reference spans
+    refine: bool = False  # reference spans refined layer by layer (decoder predicts offsets)
+    dn_groups: int = 0  # denoising groups of jittered ground-truth spans during training (0: off)
+    dn_noise: float = 0.4  # jitter of each boundary, as a fraction of half the span width
+    dn_negatives: bool = False  # also 2x-jittered copies trained as invalid (DINO contrastive denoising)
 
 
 class LossConfig(_Section):
@@ -240,6 +247,9 @@ class LossConfig(_Section):
     cost_giou: float = 1.0
     cost_u: float = 1.0
     cost_val: float = 1.0
+    ucir_shared_match: bool = True  # both UCIR rounds use round 2's Hungarian assignment (False: each its own)
+    enc: float = 1.0  # two-stage: weight of the encoder's dense proposal loss
+    dn: float = 1.0  # weight of the denoising reconstruction loss
 
 
 class TrainConfig(_Section):
@@ -335,6 +345,20 @@ class ReportConfig(_Section):
     title: str = "SpanUQ report"
     log_mlflow: bool = True
 
+class AblateRow(_Section):
+    """One row of the ablation table: a name and dotted overrides (``{"probe.ucir": false}``)."""
+
+    name: str
+    set: dict[str, Any] = Field(default_factory=dict)
+
+
+class AblateConfig(_Section):
+    """`spanuq ablate`: every row trained on the same split, evaluated on test (spanuq/ablate.py)."""
+
+    warmup_epochs: int | None = None  # None: train.warmup_epochs
+    joint_epochs: int | None = None  # None: train.joint_epochs
+    rows: list[AblateRow] = Field(default_factory=list)
+
 
 class MlflowConfig(_Section):
     tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db in the repo
@@ -363,6 +387,7 @@ class Config(_Section):
     baselines: BaselinesConfig = Field(default_factory=BaselinesConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
+    ablate: AblateConfig = Field(default_factory=AblateConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
     presets: dict[str, dict[str, Any]] = Field(default_factory=dict)
 

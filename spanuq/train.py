@@ -169,8 +169,9 @@ def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExa
         t0 = time.perf_counter()
         for s in range(0, len(order), tc.batch_size):
             batch = collate([train[i] for i in order[s: s + tc.batch_size]]).to(device)
-            out = model(batch.h, batch.entropy if cfg.probe.use_entropy else None, batch.mask, batch.lengths)
-            loss, parts = criterion(out, batch.targets, phase=phase)
+            out = model(batch.h, batch.entropy if cfg.probe.use_entropy else None, batch.mask, batch.lengths,
+                        targets=batch.targets)  # targets: denoising queries (probe.dn_groups)
+            loss, parts = criterion(out, batch.targets, phase=phase, lengths=batch.lengths)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if tc.grad_clip:

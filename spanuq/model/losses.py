@@ -16,7 +16,11 @@ Total (phase "joint"):
       + aux · Σ_{intermediate layers} [L_layer(round 2) + w₁·L_layer(round 1)]
       + con · mean_b (û_seq - u*_seq)²
 
-with w₁ = ``ucir_round1_weight`` (one round and w₁ unused when UCIR is off).  In
+with w₁ = ``ucir_round1_weight`` (one round and w₁ unused when UCIR is off).  With
+``ucir_shared_match`` (default) the last layers of both rounds use round 2's Hungarian
+assignment, since û mixes the rounds query by query (``round_indices``).  Two-stage
+proposals add enc·(BCE_obj + reg·(L1 + giou·(1-GIoU))) and denoising queries add
+dn·Σ (their reconstruction loss), both in every phase (docs/detector.md).  In
 phase "warmup" only the detection terms (L_reg, L_giou, L_val) are active and
 the matcher ignores the (untrained) uncertainty head.
 
@@ -40,6 +44,7 @@ from torch import nn
 from ..config import LossConfig
 from .matcher import HungarianMatcher
 from .mob import mob_log_prob
+from .queries import dense_proposal_targets
 from .span_ops import span_giou
 
 
@@ -75,10 +80,14 @@ class SetCriterion(nn.Module):
         self.generator = torch.Generator().manual_seed(seed)
 
     # ---- single decoder output ----------------------------------------------------------
-    def layer_losses(self, out: dict, targets: list[dict], phase: str, n_targets: float) -> dict[str, torch.Tensor]:
-        """Unweighted loss terms for one decoder output (dict with spans, validity_logits, u, pi, alpha, beta)."""
+    def layer_losses(self, out: dict, targets: list[dict], phase: str, n_targets: float,
+                     indices: list | None = None) -> dict[str, torch.Tensor]:
+        """Unweighted loss terms for one decoder output (dict with spans, validity_logits, u, pi, alpha, beta).
+
+        ``indices``: a Hungarian assignment to reuse (UCIR's shared matching); None matches here."""
         joint = phase == "joint"
-        indices = self.matcher(out, targets, with_uncertainty=joint)
+        if indices is None:
+            indices = self.matcher(out, targets, with_uncertainty=joint)
         batch_idx = torch.cat([torch.full_like(src, i) for i, (src, _) in enumerate(indices)])
         src_idx = torch.cat([src for src, _ in indices])
         device = out["spans"].device
@@ -131,24 +140,77 @@ class SetCriterion(nn.Module):
                    "loss_uq": c.uq, "loss_rank": c.rank}
         return sum(weights[k] * v for k, v in losses.items())
 
+    def round_indices(self, rounds: list[dict], targets: list[dict], phase: str) -> list:
+        """The assignment each UCIR round's last layer is trained with.
+
+        û = 0.7 û⁽²⁾ + 0.3 û⁽¹⁾ mixes the rounds query by query, so with
+        ``ucir_shared_match`` both rounds use round 2's assignment (query k binds the
+        same span in both); otherwise each round is matched on its own (the paper)."""
+        joint = phase == "joint"
+        if len(rounds) == 2 and self.cfg.ucir_shared_match:
+            shared = self.matcher(rounds[-1], targets, with_uncertainty=joint)
+            return [shared, shared]
+        return [self.matcher(r, targets, with_uncertainty=joint) for r in rounds]
+
+    def proposal_losses(self, enc: dict, targets: list[dict], lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Two-stage encoder proposals, dense (FCOS-style, queries.dense_proposal_targets):
+        BCE of "inside a labelled span" over real tokens; L1 + (1 - GIoU) of the proposal
+        against its span over positive tokens."""
+        T = enc["logits"].shape[1]
+        pos, tgt = dense_proposal_targets(targets, lengths.cpu(), T)
+        device = enc["logits"].device
+        pos, tgt = pos.to(device), tgt.to(enc["spans"])
+        real = torch.arange(T, device=device)[None, :] < lengths.to(device)[:, None]
+        bce = F.binary_cross_entropy_with_logits(enc["logits"][real], pos[real].float())
+        n = max(int(pos.sum()), 1)
+        p, t = enc["spans"][pos], tgt[pos]
+        return {"enc_obj": bce, "enc_l1": F.l1_loss(p, t, reduction="sum") / n,
+                "enc_giou": (1 - span_giou(p, t)).sum() / n}
+
+    def denoising_losses(self, out: dict, meta: dict, targets: list[dict], phase: str) -> torch.Tensor:
+        """Reconstruction loss of one decoder output's denoising queries (no matching):
+        positives regress their source span (L1 + GIoU), are valid and fit its u*;
+        negatives (``dn_negatives``) are invalid.  Weighted like ``layer_losses``."""
+        keep = ~meta["padding"]
+        pos = meta["positive"] & keep
+        b, q = pos.nonzero(as_tuple=True)
+        src = meta["target"][b, q]
+        tgt = torch.stack([targets[i]["spans"][j] for i, j in zip(b.tolist(), src.tolist())]).to(out["spans"]) \
+            if len(b) else out["spans"].new_zeros(0, 2)
+        n = max(float(len(b)), 1.0)
+        pred = out["spans"][b, q]
+        losses = {"loss_l1": F.l1_loss(pred, tgt, reduction="sum") / n,
+                  "loss_giou": (1 - span_giou(pred, tgt)).sum() / n}
+        logits = out["validity_logits"][keep]
+        losses["loss_val"] = F.binary_cross_entropy_with_logits(logits, pos[keep].float())
+        if phase == "joint" and len(b):
+            u_star = torch.stack([targets[i]["u"][j] for i, j in zip(b.tolist(), src.tolist())]).to(pred)
+            u_star = u_star.clamp(self.cfg.label_eps, 1 - self.cfg.label_eps)
+            losses["loss_uq"] = -mob_log_prob(u_star, out["pi"][b, q], out["alpha"][b, q], out["beta"][b, q]).mean()
+        return self.weighted(losses)
+
     # ---- full criterion -------------------------------------------------------------------
-    def forward(self, outputs: dict, targets: list[dict], phase: str = "joint") -> tuple[torch.Tensor, dict[str, float]]:
-        """outputs: ``SpanUQProbe.forward``'s dict; targets: ``Batch.targets``.
+    def forward(self, outputs: dict, targets: list[dict], phase: str = "joint",
+                lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """outputs: ``SpanUQProbe.forward``'s dict; targets: ``Batch.targets``; lengths
+        (``Batch.lengths``) needed only for two-stage proposals (``outputs["enc"]``).
 
         Returns (total loss, {component: float}).  Components of the last round's
         last layer are reported unweighted as ``loss_l1 ... loss_rank``; ``loss_con``,
-        ``loss_aux`` and ``loss_round1`` (weighted) and ``loss`` (the total) besides.
+        ``loss_aux``, ``loss_round1``, ``loss_enc`` and ``loss_dn`` (weighted) and
+        ``loss`` (the total) besides.
         """
         assert phase in ("warmup", "joint"), phase
         n_targets = max(float(sum(len(t["spans"]) for t in targets)), 1.0)
         rounds = outputs["rounds"]
         round_w = [self.cfg.ucir_round1_weight, 1.0] if len(rounds) == 2 else [1.0]
+        indices = self.round_indices(rounds, targets, phase)
 
         total = outputs["spans"].new_zeros(())
         log: dict[str, float] = {}
         aux_total = outputs["spans"].new_zeros(())
         for r, (rout, rw) in enumerate(zip(rounds, round_w)):
-            last = self.layer_losses(rout, targets, phase, n_targets)
+            last = self.layer_losses(rout, targets, phase, n_targets, indices[r])
             lw = self.weighted(last)
             total = total + rw * lw
             if r == len(rounds) - 1:
@@ -160,6 +222,21 @@ class SetCriterion(nn.Module):
         total = total + self.cfg.aux * aux_total
         if rounds[0]["aux"]:
             log["loss_aux"] = float(self.cfg.aux * aux_total.detach())
+        if "enc" in outputs:
+            if lengths is None:
+                raise ValueError("two-stage proposals need the batch lengths: criterion(out, targets, phase, lengths)")
+            parts = self.proposal_losses(outputs["enc"], targets, lengths)
+            enc = parts["enc_obj"] + self.cfg.reg * (parts["enc_l1"] + self.cfg.giou * parts["enc_giou"])
+            total = total + self.cfg.enc * enc
+            log["loss_enc"] = float(self.cfg.enc * enc.detach())
+        if "dn" in outputs:
+            dn = outputs["spans"].new_zeros(())
+            for rout, rw in zip(outputs["dn"]["rounds"], round_w):
+                dn = dn + rw * self.denoising_losses(rout, outputs["dn"]["meta"], targets, phase)
+                for aout in rout["aux"]:
+                    dn = dn + rw * self.cfg.aux * self.denoising_losses(aout, outputs["dn"]["meta"], targets, phase)
+            total = total + self.cfg.dn * dn
+            log["loss_dn"] = float(self.cfg.dn * dn.detach())
         if phase == "joint":
             u_seq_star = torch.stack([t["u_seq"].float() for t in targets]).to(outputs["u_seq"])
             con = ((outputs["u_seq"] - u_seq_star) ** 2).mean()

@@ -9,7 +9,9 @@
                       validity logit, Mixture-of-Beta (π, α, β) -> û, ν   (from q̃)
     UCIR: q⁽²⁾ = q⁽¹⁾ + MLP_cond(û⁽¹⁾, log ν⁽¹⁾, p⁽¹⁾) through the same decoder and heads;
           û = 0.7 û⁽²⁾ + 0.3 û⁽¹⁾
-    sequence: û_seq = Σ_k softmax_k(p_k · MLP_imp(q̃_k)) û_k
+    sequence: û_seq = Σ_k softmax_k(p_k · MLP_imp(q̃_k)) û_k   (paper; default: softmax_k(log p_k + MLP_imp),
+              so invalid queries get no weight, see ``aggregate``)
+    reference spans (two-stage query selection, refinement, denoising): queries.py
 
 Positions.  Spans are normalised per example by that example's own length T
 (not the padded length): the span of inclusive tokens (b, e) is [b/T, (e+1)/T]
@@ -59,7 +61,9 @@ from torch import nn
 
 from ..config import ProbeConfig
 from .mob import MLP, MixtureOfBeta
-from .span_ops import normalized_to_token_spans
+from .queries import (ProposalHead, RefDecoderLayer, build_denoising, denoising_attn_mask, select_proposals,
+                      span_position_embedding)
+from .span_ops import logits_to_span, normalized_to_token_spans, span_to_logits
 
 
 def sinusoidal_position_encoding(T: int, d: int, device=None, dtype=torch.float32) -> torch.Tensor:
@@ -104,10 +108,24 @@ class SpanUQProbe(nn.Module):
         self.encoder = nn.TransformerEncoder(enc_layer, cfg.enc_layers, norm=nn.LayerNorm(dp),
                                              enable_nested_tensor=False)
         self.query_embed = nn.Parameter(torch.empty(cfg.n_queries, dp))
-        self.decoder_layers = nn.ModuleList(
-            nn.TransformerDecoderLayer(dp, cfg.n_heads, cfg.d_ffn, cfg.dropout, batch_first=True, norm_first=True)
-            for _ in range(cfg.dec_layers)
-        )
+        # reference spans (queries.py): two-stage selection, refinement, denoising
+        self.use_ref = cfg.query_selection == "two_stage" or cfg.refine or cfg.dn_groups > 0
+        if self.use_ref:
+            self.decoder_layers = nn.ModuleList(RefDecoderLayer(dp, cfg.n_heads, cfg.d_ffn, cfg.dropout)
+                                                for _ in range(cfg.dec_layers))
+            self.ref_pos = MLP(dp, dp, dp, num_layers=2)
+            if cfg.query_selection == "two_stage":
+                self.proposals = ProposalHead(dp)
+            else:  # learned anchors (DAB-DETR), spread over the answer
+                c = (torch.arange(cfg.n_queries) + 0.5) / cfg.n_queries
+                self.anchors = nn.Parameter(span_to_logits(torch.stack([c - 0.05, c + 0.05], -1).clamp(0, 1)))
+            if cfg.dn_groups > 0:
+                self.dn_embed = nn.Parameter(torch.zeros(dp))
+        else:
+            self.decoder_layers = nn.ModuleList(
+                nn.TransformerDecoderLayer(dp, cfg.n_heads, cfg.d_ffn, cfg.dropout, batch_first=True, norm_first=True)
+                for _ in range(cfg.dec_layers)
+            )
         self.decoder_norm = nn.LayerNorm(dp)  # applied to every layer's output (detr return_intermediate)
 
         if cfg.boundary == "regression":
@@ -137,7 +155,8 @@ class SpanUQProbe(nn.Module):
             last = self.span_head.layers[-1]
             nn.init.zeros_(last.weight)
             nn.init.constant_(last.bias, 0.0)
-            nn.init.constant_(last.bias[1:], -2.0)
+            if not self.use_ref:  # with references the head starts at offset 0: the reference itself
+                nn.init.constant_(last.bias[1:], -2.0)
         for module in (self.encoder, self.decoder_layers):
             for p in module.parameters():
                 if p.dim() > 1:
@@ -159,10 +178,16 @@ class SpanUQProbe(nn.Module):
         centre = torch.arange(T_max, device=lengths.device, dtype=dtype)[None, None, :] + 0.5
         return centre, lengths.to(dtype)[:, None, None]
 
-    def boundaries(self, q: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """(B, N, 2) normalised [b̂, ê] with 0 <= b̂ <= ê <= 1 (see module docstring)."""
+    def boundaries(self, q: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor,
+                   ref: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, N, 2) normalised [b̂, ê] with 0 <= b̂ <= ê <= 1 (see module docstring).
+
+        With a reference span ``ref`` the regression head predicts an offset to it in
+        logit space (queries.py)."""
         if self.cfg.boundary == "regression":
             x = self.span_head(q)
+            if ref is not None:
+                return logits_to_span(x + span_to_logits(ref))
             w = x[..., 1].sigmoid()
             b = x[..., 0].sigmoid() * (1 - w)
             return torch.stack([b, b + w], dim=-1)
@@ -192,9 +217,10 @@ class SpanUQProbe(nn.Module):
             logits = logits + torch.einsum("bnd,btd->bnt", self.pool_proj(q), z) / math.sqrt(q.shape[-1])
         return torch.einsum("bnt,btd->bnd", logits.softmax(-1), z)
 
-    def heads(self, q: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> dict:
+    def heads(self, q: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor,
+              ref: torch.Tensor | None = None) -> dict:
         """All per-query predictions from one decoder output q̂ (B, N, d_p)."""
-        spans = self.boundaries(q, z, mask, lengths)
+        spans = self.boundaries(q, z, mask, lengths, ref)
         mode = self.cfg.enrichment
         if mode == "off":
             qt = q
@@ -218,35 +244,85 @@ class SpanUQProbe(nn.Module):
             outs.append(self.heads(self.decoder_norm(x), z, mask, lengths))
         return outs
 
+    def decode_ref(self, content: torch.Tensor, ref: torch.Tensor, z: torch.Tensor, mask: torch.Tensor,
+                   lengths: torch.Tensor, attn_mask=None, query_padding=None) -> list[dict]:
+        """Decoder with reference spans: every layer predicts an offset to its reference;
+        with ``refine`` the next layer starts from this layer's (detached) span."""
+        outs, x = [], content
+        for layer in self.decoder_layers:
+            pos = self.ref_pos(span_position_embedding(ref, x.shape[-1]))
+            x = layer(x, pos, z, attn_mask, query_padding, ~mask)
+            o = self.heads(self.decoder_norm(x), z, mask, lengths, ref)
+            outs.append(o)
+            if self.cfg.refine:
+                ref = o["spans"].detach()
+        return outs
+
     def aggregate(self, qt: torch.Tensor, validity_logits: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """û_seq = Σ_k softmax_k(p_k · MLP_imp(q̃_k)) û_k on detached inputs (Eq. 8)."""
-        p = validity_logits.detach().sigmoid()
-        w = (p * self.importance(qt.detach()).squeeze(-1)).softmax(-1)
+        """û_seq = Σ_k w_k û_k on detached inputs (Eq. 8).
+
+        ``seq_weighting="paper"``: w = softmax_k(p_k · MLP_imp(q̃_k)); an invalid query
+        (p ≈ 0) still gets weight ∝ exp(0), so with many empty queries their untrained û
+        dominate û_seq.  ``"validity"`` (default): w = softmax_k(log p_k + MLP_imp(q̃_k)),
+        i.e. w_k ∝ p_k · exp(MLP_imp(q̃_k)): a query with p → 0 gets weight → 0.
+        """
+        logit = validity_logits.detach()
+        imp = self.importance(qt.detach()).squeeze(-1)
+        if self.cfg.seq_weighting == "paper":
+            w = (logit.sigmoid() * imp).softmax(-1)
+        else:
+            w = (F.logsigmoid(logit) + imp).softmax(-1)
         return (w * u.detach()).sum(-1), w
 
     # ---- forward --------------------------------------------------------------------------
     def forward(self, h: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor,
-                lengths: torch.Tensor) -> dict:
+                lengths: torch.Tensor, targets: list[dict] | None = None) -> dict:
         """h (B,T,d) fused states; entropy (B,T) or None; mask (B,T) bool (True = real token);
-        lengths (B,) long.
+        lengths (B,) long; targets (``Batch.targets``): only read in training mode, to
+        build denoising queries when ``dn_groups > 0``.
 
         Returns a dict:
           spans (B,N,2) normalised [b̂, ê]; validity_logits (B,N); u (B,N) final û
           (UCIR mix); nu, (B,N) and pi / alpha / beta (B,N,J) of the last round;
           u_seq (B,); seq_weights (B,N); aux: per-intermediate-decoder-layer dicts
           of the last round; rounds: per UCIR round the last layer's dict (keys as
-          above plus query_features and its own aux list).
+          above plus query_features and its own aux list).  Two-stage adds ``enc``
+          (the encoder's per-token proposals: spans (B,T,2), logits (B,T)); denoising
+          adds ``dn``: {"rounds": like ``rounds`` for the denoising queries, "meta":
+          ``queries.build_denoising``'s dict}.
         """
         z = self.encode(h, entropy, mask)
-        B = h.shape[0]
+        B, N = h.shape[0], self.cfg.n_queries
         q1 = self.query_embed.unsqueeze(0).expand(B, -1, -1)
-        layers = self.decode(q1, z, mask, lengths)
-        rounds = [dict(layers[-1], aux=layers[:-1])]
+        extra: dict = {}
+        if not self.use_ref:
+            decode = lambda q: self.decode(q, z, mask, lengths)  # noqa: E731
+        else:
+            if self.cfg.query_selection == "two_stage":
+                extra["enc"] = self.proposals(z, lengths)
+                ref = select_proposals(extra["enc"]["spans"], extra["enc"]["logits"], mask, N)
+            else:
+                ref = logits_to_span(self.anchors).unsqueeze(0).expand(B, -1, -1)
+            attn_mask = query_padding = None
+            dn = build_denoising(targets, self.cfg.dn_groups, self.cfg.dn_noise, self.cfg.dn_negatives) \
+                if self.training and targets is not None and self.cfg.dn_groups > 0 else None
+            if dn is not None:
+                Q = dn["spans"].shape[1]
+                ref = torch.cat([ref, dn["spans"].to(ref)], 1)
+                q1 = torch.cat([q1, self.dn_embed.expand(B, Q, -1)], 1)
+                attn_mask = denoising_attn_mask(N, dn["groups"], dn["group_size"], h.device)
+                query_padding = torch.cat([torch.zeros(B, N, dtype=torch.bool, device=h.device), dn["padding"]], 1)
+            decode = lambda q: self.decode_ref(q, ref, z, mask, lengths, attn_mask, query_padding)  # noqa: E731
+        layers = decode(q1)
+        all_rounds = [layers]
         if self.cfg.ucir:
             r1 = layers[-1]
             cond = torch.stack([r1["u"], r1["nu"].log(), r1["validity_logits"].sigmoid()], dim=-1).detach()
-            layers = self.decode(q1 + self.cond(cond), z, mask, lengths)
-            rounds.append(dict(layers[-1], aux=layers[:-1]))
+            all_rounds.append(decode(q1 + self.cond(cond)))
+        if self.use_ref and dn is not None:
+            extra["dn"] = {"rounds": [_round([_slice(o, N, None) for o in ls]) for ls in all_rounds], "meta": dn}
+            all_rounds = [[_slice(o, 0, N) for o in ls] for ls in all_rounds]
+        rounds = [_round(ls) for ls in all_rounds]
         last = rounds[-1]
         out = {k: last[k] for k in ("spans", "validity_logits", "u", "nu", "pi", "alpha", "beta")}
         if self.cfg.ucir:
@@ -255,6 +331,7 @@ class SpanUQProbe(nn.Module):
         out["u_seq"], out["seq_weights"] = self.aggregate(last["query_features"], last["validity_logits"], out["u"])
         out["aux"] = last["aux"]
         out["rounds"] = rounds
+        out.update(extra)
         return out
 
     @torch.no_grad()
@@ -284,3 +361,13 @@ class SpanUQProbe(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def _slice(o: dict, lo: int, hi: int | None) -> dict:
+    """Queries lo:hi of one decoder output (every per-query tensor is (B, Q, ...))."""
+    return {k: v[:, lo:hi] for k, v in o.items()}
+
+
+def _round(layers: list[dict]) -> dict:
+    """One UCIR round: the last layer's dict with the earlier layers under ``aux``."""
+    return dict(layers[-1], aux=layers[:-1])

@@ -114,3 +114,23 @@ def suppress_duplicates(spans: torch.Tensor, scores: torch.Tensor, iou_threshold
         if all(float(iou[i, j]) <= iou_threshold for j in kept):
             kept.append(i)
     return kept
+
+
+def span_to_logits(spans: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
+    """[s, e] -> the regression head's logits (x_b, x_w), the inverse of ``logits_to_span``.
+
+    w = e - s = σ(x_w) and s = σ(x_b)·(1 - w): adding an offset to these logits moves a
+    reference span and keeps it a valid span inside [0, 1] (iterative refinement in
+    inverse-sigmoid space, as Deformable-DETR refines boxes).
+    """
+    w = (spans[..., 1] - spans[..., 0]).clamp(eps, 1 - eps)
+    room = (1 - w).clamp(min=eps)
+    frac = (spans[..., 0] / room).clamp(eps, 1 - eps)
+    return torch.stack([torch.logit(frac), torch.logit(w)], dim=-1)
+
+
+def logits_to_span(x: torch.Tensor) -> torch.Tensor:
+    """(x_b, x_w) -> [s, e] with w = σ(x_w), s = σ(x_b)·(1 - w), e = s + w."""
+    w = x[..., 1].sigmoid()
+    s = x[..., 0].sigmoid() * (1 - w)
+    return torch.stack([s, s + w], dim=-1)

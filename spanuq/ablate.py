@@ -1,0 +1,124 @@
+"""`spanuq ablate`: the paper's ablation table (Tab. 4 layout) on one split, in one run.
+
+Every row of params.yaml ``ablate.rows`` is a name plus dotted overrides of the
+config (``{"probe.ucir": false}``); each is trained with ``train.train_probe`` on the
+same train/dev split and scored on the same test split with ``train.evaluate_model``
+(the metrics of the evaluate stage), so the rows differ only by their switches.
+``ablate.warmup_epochs`` / ``joint_epochs`` shorten every row alike.
+
+Writes ``data/<backbone>/ablation/ablation.json`` (every row's metrics and config
+overrides) and ``ablation.md`` (AUROC over every labelled span the metrics cover,
+MAE, ρ_s, detection P/R/F1, coverage, mean matched IoU, train time).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from .config import Config
+from .features.dataset import load_examples
+from .io import write_json
+from .llm import resolve_device
+from .paths import StagePaths
+
+log = logging.getLogger(__name__)
+
+COLUMNS = [("AUROC", ("span", "auroc")), ("MAE", ("span", "mae")), ("ρ_s", ("span", "spearman")),
+           ("P", ("detection", "precision")), ("R", ("detection", "recall")), ("F1", ("detection", "f1")),
+           ("coverage", ("coverage",)), ("mean IoU", ("detection", "mean_iou"))]
+
+
+def row_config(cfg: Config, overrides: dict) -> Config:
+    """``cfg`` with dotted overrides applied and validated (unknown keys are errors)."""
+    tree = cfg.model_dump()
+    for key, value in overrides.items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for p in parents:
+            if not isinstance(node.get(p), dict):
+                raise ValueError(f"ablate override {key!r}: {p!r} is not a config section")
+            node = node[p]
+        if leaf not in node:
+            raise ValueError(f"ablate override {key!r}: unknown key {leaf!r}")
+        node[leaf] = value
+    return Config.model_validate(tree)
+
+
+def _metric(metrics: dict, path: tuple[str, ...]):
+    v = metrics
+    for k in path:
+        v = v.get(k) if isinstance(v, dict) else None
+    if isinstance(v, dict):
+        v = v.get("value")
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def format_markdown(rows: list[dict], meta: dict) -> str:
+    head = ["row", *[c for c, _ in COLUMNS], "train s", "epochs"]
+    lines = [f"# Ablation ({meta['backbone']}: {meta['n_train']} train / {meta['n_dev']} dev / "
+             f"{meta['n_test']} test answers, {meta['n_test_spans']} labelled test spans)", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["name"]] + [("n/a" if r["values"][c] is None else f"{r['values'][c]:.3f}") for c, _ in COLUMNS]
+        cells += [f"{r['train_seconds']:.0f}", str(r["epochs_run"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Detection at IoU ≥ {iou} with validity ≥ {thr}; AUROC/MAE/ρ_s as the evaluate stage "
+              "computes them.".format(iou=meta["iou_threshold"], thr=meta["validity_threshold"]), ""]
+    return "\n".join(lines)
+
+
+def ablate_rows(cfg: Config, rows, train: list, dev: list, test: list, progress: bool = True,
+                on_row=None) -> list[dict]:
+    """Train every row on ``train``/``dev`` and score it on ``test``; one result dict per row."""
+    from .train import evaluate_model, train_probe
+
+    results = []
+    for row in tqdm(rows, desc="ablate", unit="row", disable=not progress):
+        epochs = {f"train.{k}": v for k in ("warmup_epochs", "joint_epochs")
+                  if (v := getattr(cfg.ablate, k)) is not None}
+        rcfg = row_config(cfg, {**epochs, **row.set})
+        t0 = time.perf_counter()
+        model, info = train_probe(rcfg, train, dev, progress=False)
+        seconds = time.perf_counter() - t0
+        metrics = evaluate_model(model, test, rcfg, resolve_device(rcfg.train.device))
+        values = {c: _metric(metrics, path) for c, path in COLUMNS}
+        results.append({"name": row.name, "set": row.set, "values": values, "train_seconds": round(seconds, 1),
+                        "seconds_per_epoch": round(seconds / max(1, info["epochs_run"]), 3),
+                        "epochs_run": info["epochs_run"], "best_epoch": info["best_epoch"],
+                        "n_parameters": info["n_parameters"], "metrics": metrics})
+        log.info("ablate %s: %s (%.0f s)", row.name, values, seconds)
+        if on_row:
+            on_row(results)
+    return results
+
+
+def run_ablation(cfg: Config, progress: bool = True, out_dir: str | Path | None = None,
+                 only: list[str] | None = None) -> Path:
+    """Train and evaluate every ``ablate.rows`` entry (or those named in ``only``); returns the folder."""
+    rows = [r for r in cfg.ablate.rows if not only or r.name in only]
+    if not rows:
+        raise ValueError("no ablation rows: set `ablate.rows` in params.yaml" +
+                         (f" (none named {only})" if only else ""))
+    paths = StagePaths.from_config(cfg)
+    train = load_examples(paths.features, paths.labels, ("train",), include_unlabeled=True)
+    dev = load_examples(paths.features, paths.labels, ("dev",))
+    test = load_examples(paths.features, paths.labels, ("test",))
+    if not train or not test:
+        raise ValueError(f"need train and test examples in {paths.labels}; run the pipeline up to `extract`")
+    out = Path(out_dir) if out_dir else paths.root / "ablation"
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    meta = {"backbone": cfg.backbone.name, "n_train": len(train), "n_dev": len(dev), "n_test": len(test),
+            "n_test_spans": int(sum(len(e.u) for e in test)),
+            "iou_threshold": cfg.evaluate.iou_threshold, "validity_threshold": cfg.evaluate.validity_threshold}
+    # written after every row, so a killed run keeps the rows it finished
+    results = ablate_rows(cfg, rows, train, dev, test, progress,
+                          on_row=lambda res: write_json(out / "ablation.json", {"meta": meta, "rows": res}))
+    (out / "ablation.md").write_text(format_markdown(results, meta))
+    return out

@@ -1,0 +1,35 @@
+"""`spanuq ablate`: rows are validated config overrides, trained on one split, written as one table."""
+import pytest
+from test_probe import TINY, synthetic_examples
+
+from spanuq.ablate import ablate_rows, format_markdown, row_config
+from spanuq.config import AblateRow
+
+
+def test_row_overrides_are_validated(make_cfg):
+    cfg = make_cfg()
+    assert row_config(cfg, {"probe.ucir": False, "loss.ucir_shared_match": False}).probe.ucir is False
+    assert cfg.probe.ucir is True  # the base config is untouched
+    with pytest.raises(ValueError, match="unknown key"):
+        row_config(cfg, {"probe.ucri": False})
+    with pytest.raises(ValueError):
+        row_config(cfg, {"probe.boundary": "sideways"})
+
+
+def test_rows_train_on_the_same_split_and_make_one_table(make_cfg):
+    cfg = make_cfg("train.batch_size=4", "evaluate.bootstrap=0", "ablate.warmup_epochs=1", "ablate.joint_epochs=1")
+    cfg = cfg.model_copy(update={"probe": TINY})
+    rows = [AblateRow(name="paper", set={"probe.seq_weighting": "paper"}),
+            AblateRow(name="two-stage", set={"probe.query_selection": "two_stage", "probe.refine": True,
+                                             "probe.dn_groups": 1})]
+    train, dev, test = synthetic_examples(4, seed=0), synthetic_examples(2, seed=1), synthetic_examples(3, seed=2)
+    seen = []
+    res = ablate_rows(cfg, rows, train, dev, test, progress=False, on_row=lambda r: seen.append(len(r)))
+    assert [r["name"] for r in res] == ["paper", "two-stage"] and seen == [1, 2]
+    for r in res:
+        assert r["epochs_run"] == 2 and r["train_seconds"] > 0
+        assert r["metrics"]["detection"]["n_gt"] == sum(len(e.spans) for e in test)  # every labelled test span
+        assert set(r["values"]) == {"AUROC", "MAE", "ρ_s", "P", "R", "F1", "coverage", "mean IoU"}
+    md = format_markdown(res, {"backbone": "toy", "n_train": 4, "n_dev": 2, "n_test": 3, "n_test_spans": 9,
+                               "iou_threshold": 0.3, "validity_threshold": 0.5})
+    assert md.count("\n| ") == 3 and "| two-stage |" in md
