@@ -345,6 +345,7 @@ class ReportConfig(_Section):
     title: str = "SpanUQ report"
     log_mlflow: bool = True
 
+
 class AblateRow(_Section):
     """One row of the ablation table: a name and dotted overrides (``{"probe.ucir": false}``)."""
 

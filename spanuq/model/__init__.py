@@ -3,7 +3,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .losses import SetCriterion, ranking_pairs
 from .matcher import HungarianMatcher
 from .mob import MixtureOfBeta, beta_log_prob, mob_log_prob, mob_mean, mob_precision
-from .probe import ExamplePrediction, SpanPrediction, SpanUQProbe, sinusoidal_position_encoding
+from .probe import SpanUQProbe, sinusoidal_position_encoding
 from .span_ops import (
     generalized_span_iou,
     normalized_to_token_spans,
@@ -18,7 +18,7 @@ from .span_ops import (
 )
 
 __all__ = [
-    "ExamplePrediction", "HungarianMatcher", "MixtureOfBeta", "SetCriterion", "SpanPrediction", "SpanUQProbe",
+    "HungarianMatcher", "MixtureOfBeta", "SetCriterion", "SpanUQProbe",
     "beta_log_prob", "generalized_span_iou", "load_checkpoint", "mob_log_prob", "mob_mean", "mob_precision",
     "normalized_to_token_spans", "pairwise_span_iou", "ranking_pairs", "save_checkpoint",
     "sinusoidal_position_encoding", "span_cw_to_se", "span_giou", "span_iou", "span_length", "span_se_to_cw",

@@ -53,7 +53,6 @@ from the span-level predictions").  MLP_imp is a single linear layer.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -63,7 +62,7 @@ from ..config import ProbeConfig
 from .mob import MLP, MixtureOfBeta
 from .queries import (ProposalHead, RefDecoderLayer, build_denoising, denoising_attn_mask, select_proposals,
                       span_position_embedding)
-from .span_ops import logits_to_span, normalized_to_token_spans, span_to_logits
+from .span_ops import logits_to_span, span_to_logits
 
 
 def sinusoidal_position_encoding(T: int, d: int, device=None, dtype=torch.float32) -> torch.Tensor:
@@ -76,26 +75,9 @@ def sinusoidal_position_encoding(T: int, d: int, device=None, dtype=torch.float3
     return pe.to(dtype)
 
 
-@dataclass
-class SpanPrediction:
-    """One kept span: inclusive token indices into the response, û, validity p, precision ν."""
-
-    start: int
-    end: int
-    u: float
-    p: float
-    nu: float
-    query: int
-
-
-@dataclass
-class ExamplePrediction:
-    spans: list[SpanPrediction]  # kept spans (p >= threshold), sorted by (start, end)
-    u_seq: float
-
-
 class SpanUQProbe(nn.Module):
-    """forward(h, entropy, mask, lengths) -> dict (see ``forward``)."""
+    """forward(h, entropy, mask, lengths) -> dict (see ``forward``); spans and scores a reader sees come
+    from the one inference path, `spanuq.evaluate.predict.predict_examples`."""
 
     def __init__(self, cfg: ProbeConfig, d_model: int):
         super().__init__()
@@ -333,31 +315,6 @@ class SpanUQProbe(nn.Module):
         out["rounds"] = rounds
         out.update(extra)
         return out
-
-    @torch.no_grad()
-    def predict(self, h: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor, lengths: torch.Tensor,
-                threshold: float = 0.5) -> list[ExamplePrediction]:
-        """Kept spans (validity ≥ threshold) per example as inclusive token indices.
-
-        De-normalisation: b = floor(b̂·T), e = ceil(ê·T) - 1, clamped to [0, T-1], e ≥ b.
-        Runs in eval mode and restores the previous mode.
-        """
-        was_training = self.training
-        self.eval()
-        try:
-            out = self.forward(h, entropy, mask, lengths)
-        finally:
-            self.train(was_training)
-        p = out["validity_logits"].sigmoid()
-        tok = normalized_to_token_spans(out["spans"], lengths[:, None])
-        preds = []
-        for i in range(h.shape[0]):
-            keep = (p[i] >= threshold).nonzero().flatten().tolist()
-            spans = [SpanPrediction(int(tok[i, k, 0]), int(tok[i, k, 1]), float(out["u"][i, k]), float(p[i, k]),
-                                    float(out["nu"][i, k]), k) for k in keep]
-            spans.sort(key=lambda s: (s.start, s.end))
-            preds.append(ExamplePrediction(spans, float(out["u_seq"][i])))
-        return preds
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
