@@ -63,7 +63,7 @@ def _write_metrics(root, ec):
         "u": np.concatenate([e.u for e in test]).tolist(),
         "methods": {k: np.concatenate(v).tolist() for k, v in score.items()},
         "detectors": {"window20": np.concatenate(score["token_entropy"]).tolist()},
-        "spanuq_matched": {"u": [0.1, 0.9, 0.6, 0.2], "score": [0.2, 0.7, 0.8, 0.1], "prompt_id": ["p0"] * 4}})
+        "spanuq": np.concatenate(score["selfcheck_nli"]).tolist()})
 
 
 def test_the_report_lays_out_every_table_and_opens_in_chromium_without_console_errors(make_cfg, tmp_path):
@@ -76,6 +76,9 @@ def test_the_report_lays_out_every_table_and_opens_in_chromium_without_console_e
     md = (root / "report" / "report.md").read_text()
     for title in ("Span level", "Sequence level", "Span detection", "Cost per answer", "per domain"):
         assert title in md
+    per_domain = md[md.index("Span AUROC per domain"):]
+    assert "SpanUQ (ours)" in per_domain  # SpanUQ's every-labelled-span scores reach the per-domain table
+    assert "Reliability: SpanUQ over every labelled span" in md
     assert "SelfCheckGPT-NLI (embedding NLI stand-in)" in md
     assert "not run: OSError: no backbone here" in md  # a method that cannot run keeps its row
     assert "partly circular" in md and "10.0× cheaper" in md

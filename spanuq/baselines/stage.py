@@ -210,8 +210,9 @@ def add_costs(rows: dict, cost: dict, context_tokens: float, n_samples: int) -> 
 
 def run_baselines(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: baselines/metrics.json + baselines/scores.json; prints the table."""
-    from ..evaluate.metrics import format_table, matched_pairs
     from ..evaluate.predict import predict_examples
+    from ..evaluate.scoring import all_span_scores
+    from ..evaluate.table import format_table
     from ..llm import resolve_device
     from ..model import load_checkpoint
     from .cost import time_decoding, time_spanuq
@@ -252,7 +253,9 @@ def run_baselines(cfg: Config, progress: bool = True) -> Path:
     add_costs(rows, cost, sample_tokens, cfg.generate.n_samples)
     cost["ratio"] = spanuq_vs_selfcheck(cost, rows.get("selfcheck_nli"))
 
-    pairs = matched_pairs(predict_examples(probe_model, test, cfg.train.batch_size, device), test, cfg.evaluate)
+    # SpanUQ's score of every labelled span, by the evaluate stage's rule (for the report's charts)
+    preds = predict_examples(probe_model, test, cfg.train.batch_size, device, tokenizer=tok, dup_iou=cfg.evaluate.dup_iou)
+    spanuq_scores, _ = all_span_scores(preds, test, iou_threshold=cfg.evaluate.iou_threshold)
     n_spans = int(sum(len(e.u) for e in test))
     metrics = {"backbone": cfg.backbone.name, "split": "test", "n_responses": len(test), "n_spans": n_spans,
                "n_samples": cfg.generate.n_samples, "label_method": cfg.label.method,
@@ -265,8 +268,7 @@ def run_baselines(cfg: Config, progress: bool = True) -> Path:
         "u": np.concatenate([e.u.numpy() for e in test]).astype(float).round(6).tolist(),
         "methods": {k: np.asarray(v, dtype=float).round(6).tolist() for k, v in scores.items()},
         "detectors": {k: np.asarray(v, dtype=float).round(6).tolist() for k, v in det_scores.items()},
-        "spanuq_matched": {"u": pairs["u_true"].round(6).tolist(), "score": pairs["u_pred"].round(6).tolist(),
-                           "prompt_id": list(pairs["groups"])}})
+        "spanuq": np.concatenate(spanuq_scores).astype(float).round(6).tolist() if spanuq_scores else []})
     print(f"baselines on {cfg.backbone.name}, test split: {len(test)} responses, {n_spans} labelled spans, "
           f"S = {cfg.generate.n_samples}")
     print(format_table({k: v for k, v in rows.items() if "span" in v}))

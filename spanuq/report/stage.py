@@ -16,21 +16,20 @@ from .tables import (METHODS, ablation_table, cost_table, detection_table, displ
 
 
 def figures(scores: dict, rows: dict, out_dir: Path, threshold: float, n_bins: int) -> list[tuple[str, Path]]:
-    """ROC of every method over every labelled span (SpanUQ over its matched spans) and reliability diagrams."""
+    """ROC of every method over every labelled span and reliability diagrams."""
     from ..evaluate.plots import reliability_plot, roc_plot
 
     u = np.asarray(scores["u"], dtype=float)
     curves = {}
-    m = scores.get("spanuq_matched") or {}
-    if m.get("u"):
-        curves["SpanUQ (matched)"] = (np.asarray(m["u"]), np.asarray(m["score"]))
+    if scores.get("spanuq"):
+        curves["SpanUQ (ours)"] = (u, np.asarray(scores["spanuq"], dtype=float))
     for k, s in scores.get("methods", {}).items():
         curves[METHODS.get(k, (k,))[0]] = (u, np.asarray(s, dtype=float))
     out = [("ROC over the labelled test spans (AUROC in the legend)", roc_plot(curves, threshold, out_dir / "roc.png"))]
-    if "SpanUQ (matched)" in curves:
-        y, p = curves["SpanUQ (matched)"]
-        out.append(("Reliability: SpanUQ over its matched spans",
-                    reliability_plot(y, {"SpanUQ (matched)": p}, n_bins, out_dir / "reliability_spanuq.png")))
+    if "SpanUQ (ours)" in curves:
+        out.append(("Reliability: SpanUQ over every labelled span",
+                    reliability_plot(u, {"SpanUQ (ours)": curves["SpanUQ (ours)"][1]}, n_bins,
+                                     out_dir / "reliability_spanuq.png")))
     bounded = [k for k in scores.get("methods", {}) if rows.get(k, {}).get("bounded", True)]
     for i in range(0, len(bounded), 5):  # five lines per diagram stay readable
         part = {METHODS.get(k, (k,))[0]: np.asarray(scores["methods"][k], dtype=float) for k in bounded[i: i + 5]}

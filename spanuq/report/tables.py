@@ -173,8 +173,10 @@ def per_domain_table(scores: dict, positive_threshold: float = 0.5) -> Table:
     domains = sorted(set(dom.tolist()))
     h = ["Method"] + [f"{d} (n = {int((dom == d).sum())})" for d in domains]
     body = []
-    for group in ("methods", "detectors"):
-        for k, s in scores.get(group, {}).items():
+    groups = ([("methods", {"spanuq": scores["spanuq"]})] if scores.get("spanuq") else []) + [
+        (g, scores.get(g, {})) for g in ("methods", "detectors")]
+    for group, entries in groups:
+        for k, s in entries.items():
             s = np.asarray(s, dtype=float)
             label = display_name(k, {}) if group == "methods" else f"{k} + MLP probe"
             body.append([label] + [cell(span_metrics(u[dom == d], s[dom == d], positive_threshold)["auroc"])
