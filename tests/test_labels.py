@@ -397,7 +397,8 @@ def test_judge_plumbing_against_the_real_llama_cpp_server(llama_server, make_cfg
                          {"id": "w2", "title": "World War II", "text": "World War II ended in 1945."},
                          {"id": "w3", "title": "Canberra", "text": "Canberra is the capital city of Australia."}])
     cfg = judge_cfg(make_cfg, llama_server.base_url, "label.judge.response_format=json_object+schema",
-                    "label.judge.max_tokens=256", "label.judge.concurrency=1", f"label.corpus={corpus}")
+                    "label.judge.max_tokens=256", "label.judge.max_tokens_cap=512", "label.judge.timeout_s=600",
+                    "label.judge.concurrency=1", f"label.corpus={corpus}")
     paths = write_inputs(cfg, tok)
     gens = read_records(paths.generations, Generation)
     write_jsonl(paths.generations, gens[:3])
