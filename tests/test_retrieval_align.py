@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from spanuq.label.align import EmbeddingAligner, NLIAligner, entailment_index, make_aligner
+from spanuq.label.align import EmbeddingAligner, KeyTermAligner, NLIAligner, entailment_index, make_aligner
 from spanuq.label.retrieval import MANIFEST, BM25Retriever
 
 PASSAGES = [
@@ -82,7 +82,23 @@ def test_the_entailment_class_is_found_whatever_the_label_names():
 
 def test_embedding_aligner_puts_paraphrases_above_unrelated_sentences(make_cfg):
     aligner = make_aligner(make_cfg().label)
-    assert isinstance(aligner, EmbeddingAligner)
+    assert isinstance(aligner, KeyTermAligner) and isinstance(aligner.base, EmbeddingAligner)
     s = aligner.scores(["Canberra is the capital of Australia."],
                        ["Australia's capital city is Canberra.", "Penicillin was found by Fleming."])
     assert s[0, 0] > aligner.threshold > s[0, 1]
+
+
+def test_embedding_similarity_never_matches_a_contradiction(make_cfg):
+    """Cosine alone puts "capital is Sydney" next to "capital is Canberra" (0.88) and 1879 next to
+    1880 (0.94); the key terms of the claim must occur in the candidate first."""
+    aligner = make_aligner(make_cfg().label)
+    claims = ["The capital of Australia is Sydney.", "Einstein was born in 1879."]
+    candidates = ["The capital of Australia is Canberra.", "Einstein was born in 1880."]
+    raw = aligner.base.scores(claims, candidates)
+    assert raw[0, 0] > aligner.threshold and raw[1, 1] > aligner.threshold  # what embeddings alone say
+    s = aligner.scores(claims, candidates)
+    assert s[0, 0] == 0.0 and s[1, 1] == 0.0
+    # a term the prompt already names is context, not content: it need not be repeated
+    s = aligner.scores(["Albert Einstein was born in Ulm."], ["He was born in Ulm."],
+                       context="Tell me about Albert Einstein.")
+    assert s[0, 0] > aligner.threshold
