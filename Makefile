@@ -16,7 +16,7 @@ repro: setup  ## set up, then run the whole default pipeline on CPU
 	@[ -n "$$(find data -name metrics.json -newer .venv/.repro-start 2>/dev/null)" ] || python -m spanuq.evaluate.table
 
 test: setup  ## the default test suite (slow end-to-end runs excluded)
-	python -m pytest -q
+	python -m pytest -q --durations=15
 
 test-all: setup  ## every test, including the slow end-to-end pipeline runs
 	python -m pytest -q -m "slow or not slow"

@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .config import Config
-from .features.dataset import load_examples
+from .features.dataset import load_examples, training_examples
 from .io import write_json
 from .llm import resolve_device
 from .paths import StagePaths
@@ -105,7 +105,7 @@ def run_ablation(cfg: Config, progress: bool = True, out_dir: str | Path | None 
         raise ValueError("no ablation rows: set `ablate.rows` in params.yaml" +
                          (f" (none named {only})" if only else ""))
     paths = StagePaths.from_config(cfg)
-    train = load_examples(paths.features, paths.labels, ("train",), include_unlabeled=True)
+    train, _ = training_examples(paths.features, paths.labels)
     dev = load_examples(paths.features, paths.labels, ("dev",))
     test = load_examples(paths.features, paths.labels, ("test",))
     if not train or not test:

@@ -33,7 +33,7 @@ from .config import Config
 from .evaluate.ece import fit_temperature
 from .evaluate.predict import predict_examples, select_spans
 from .evaluate.scoring import all_span_scores, evaluate_predictions
-from .features.dataset import ResponseExample, collate, load_examples
+from .features.dataset import ResponseExample, collate, load_examples, training_examples
 from .features.extract import fused_layers
 from .io import write_json
 from .llm import resolve_device
@@ -227,8 +227,7 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
     paths = StagePaths.from_config(cfg)
     # answers whose claims could not all be placed on tokens are left out of training:
     # their missing spans would teach "no claim here"
-    train_all = load_examples(paths.features, paths.labels, ("train",))
-    train = [e for e in train_all if not e.meta.get("unplaced")]
+    train, dropped = training_examples(paths.features, paths.labels)
     dev = load_examples(paths.features, paths.labels, ("dev",))
     tokenizer = load_tokenizer(cfg)
     if not train:
@@ -247,7 +246,7 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
         dev_metrics = evaluate_model(model, dev, cfg, device, tokenizer=tokenizer) if dev else None
         dev_auroc = _value(dev_metrics["span"].get("auroc")) if dev_metrics else None
         report = {"backbone": cfg.backbone.name, "n_train": len(train), "n_dev": len(dev),
-                  "train_dropped_unplaced": len(train_all) - len(train), **calib,
+                  "train_dropped_unplaced": dropped, **calib,
                   "train_spans": int(sum(len(e.u) for e in train)), "seconds": round(seconds, 1),
                   "best_epoch": info["best_epoch"], "epochs_run": info["epochs_run"],
                   "n_parameters": info["n_parameters"], "dev_auroc": dev_auroc,

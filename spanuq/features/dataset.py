@@ -100,3 +100,12 @@ def load_examples(features_dir, labels_path, splits: tuple[str, ...] | None = No
         out.append(ResponseExample(rec.prompt_id, rec.domain, rec.split, it.h, it.entropy, it.token_ids.tolist(),
                                    spans, u, rec.u_seq, rec.response, {"unplaced": rec.unplaced}))
     return out
+
+
+def training_examples(features_dir, labels_path) -> tuple[list[ResponseExample], int]:
+    """The train split as every trainer uses it (train stage, sweep trials, ablation rows), and how
+    many answers were left out: those with claims that could not be placed on tokens, whose
+    missing spans would teach "no claim here"."""
+    every = load_examples(features_dir, labels_path, ("train",))
+    kept = [e for e in every if not e.meta.get("unplaced")]
+    return kept, len(every) - len(kept)

@@ -88,7 +88,7 @@ def run_trial(spec: SweepSpec, storage_url: str, trial_id: int, out_dir: Path,
     import torch
 
     from .. import tracking
-    from ..features.dataset import load_examples
+    from ..features.dataset import load_examples, training_examples
     from ..llm import resolve_device
     from ..model import save_checkpoint
     from ..train import evaluate_model, train_probe
@@ -115,7 +115,7 @@ def run_trial(spec: SweepSpec, storage_url: str, trial_id: int, out_dir: Path,
         try:
             tracking.log_config(cfg)
             feats, paths = features_dir(cfg), StagePaths.from_config(cfg)
-            train = load_examples(feats, paths.labels, ("train",), include_unlabeled=True)
+            train, _ = training_examples(feats, paths.labels)
             dev = load_examples(feats, paths.labels, ("dev",))
             test = load_examples(feats, paths.labels, ("test",))
             if not train or not dev:
