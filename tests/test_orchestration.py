@@ -4,10 +4,8 @@ sweep resumed; optuna-dashboard and the MLflow UI over loopback. Slow: minutes e
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
-import urllib.request
 
 import mlflow
 import optuna

@@ -1,7 +1,6 @@
 """`spanuq serve`, started by the tests on 127.0.0.1: the JSON API, bad input, concurrency, the web page."""
 import asyncio
 import os
-import shutil
 import threading
 import time
 from pathlib import Path
