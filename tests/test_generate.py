@@ -57,6 +57,25 @@ def test_stop_strings_and_a_smaller_sample_budget(llama_server, make_cfg):
     assert gens[0].decoding["stop"] == " the | The " and gens[0].decoding["sample_max_new_tokens"] == 4
 
 
+def test_transformers_backend_samples_do_not_depend_on_the_batch(make_cfg):
+    """The hf backend decodes many prompts' samples in one batch, each row from its own
+    seeded stream: a prompt alone and the same prompt beside others get the same samples."""
+    from spanuq.generate.hf import HFGenerator
+    from spanuq.llm import chat_prompt
+
+    cfg = make_cfg("generate.backend=hf", "generate.sample_max_new_tokens=12", "generate.max_new_tokens=16",
+                   "generate.stop=['.']")
+    gen = HFGenerator(cfg)
+    chats = [chat_prompt(gen.tok, p.text, cfg.backbone.system_prompt) for p in PROMPTS]
+    together = gen.sample(chats, 3, [11, 22, 33])
+    alone = gen.sample(chats[1:2], 3, [22])
+    assert [c.text for c in together[1]] == [c.text for c in alone[0]]
+    assert len({c.text for c in together[1]}) > 1  # three rows, three streams
+    assert [c.text for c in gen.sample(chats[1:2], 3, [23])[0]] != [c.text for c in alone[0]]
+    for c in [c for row in together for c in row] + gen.greedy(chats):
+        assert "." not in c.text and c.finish_reason in ("stop", "length")
+
+
 def test_unreachable_server_is_a_clear_error(make_cfg):
     cfg = make_cfg("generate.backend=server", "generate.server_url=http://127.0.0.1:9/v1",
                    "generate.launch_server=false")

@@ -1,11 +1,45 @@
-"""In-process transformers backend (CPU or GPU), batched."""
+"""In-process transformers backend (CPU or GPU), batched.
+
+Samples of several prompts decode in one batch (B prompts × S samples rows), yet each
+row draws from its own ``torch.Generator`` seeded from its prompt's seed, so a prompt's
+samples do not depend on which prompts share its batch: a resumed run, or a different
+``batch_size``, gives the same samples (up to float rounding of padded batches).
+"""
 from __future__ import annotations
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
 from ..config import Config
 from ..llm import load_backbone
 from .base import Completion
+
+
+class RowSeededSampler(LogitsProcessor):
+    """Temperature + nucleus sampling with one random stream per row.
+
+    Used with greedy decoding (``do_sample=False``): the processor draws each row's
+    token from its own generator and leaves only that token finite, so the arg-max
+    that ``generate`` takes is the sampled token.
+    """
+
+    def __init__(self, seeds: list[int], temperature: float, top_p: float):
+        self.gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.warpers = [TemperatureLogitsWarper(temperature), TopPLogitsWarper(top_p)]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        for w in self.warpers:
+            scores = w(input_ids, scores)
+        probs = torch.softmax(scores.float(), dim=-1).cpu()
+        picks = [int(torch.multinomial(probs[i], 1, generator=g)) for i, g in enumerate(self.gens)]
+        out = torch.full_like(scores, float("-inf"))
+        out[torch.arange(len(picks)), torch.tensor(picks, device=scores.device)] = 0.0
+        return out
+
+
+def sample_seeds(seed: int, n: int) -> list[int]:
+    """The seeds of one prompt's n sample rows."""
+    return [(seed * 1_000 + j) % (2**63 - 1) for j in range(n)]
 
 
 class HFGenerator:
@@ -51,15 +85,14 @@ class HFGenerator:
         return self._decode(prompts, self.cfg.max_new_tokens, do_sample=False)
 
     def sample(self, prompts: list[str], n: int, seeds: list[int]) -> list[list[Completion]]:
-        out = []
-        for prompt, seed in zip(prompts, seeds):
-            torch.manual_seed(seed)
-            outs = self._decode(
-                [prompt], self.cfg.sample_max_new_tokens or self.cfg.max_new_tokens, do_sample=True, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
-                top_k=0, num_return_sequences=n,
-            )
-            out.append(outs)
-        return out
+        if n <= 0:
+            return [[] for _ in prompts]
+        rows = [p for p in prompts for _ in range(n)]
+        sampler = RowSeededSampler([s for seed in seeds for s in sample_seeds(seed, n)],
+                                   self.cfg.temperature, self.cfg.top_p)
+        flat = self._decode(rows, self.cfg.sample_max_new_tokens or self.cfg.max_new_tokens,
+                            do_sample=False, logits_processor=LogitsProcessorList([sampler]))
+        return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
 
     def close(self) -> None:
         pass
