@@ -118,7 +118,7 @@ def calibrate_on_dev(model, dev: list[ResponseExample], cfg: Config, device, tok
     """Choose the validity threshold (best dev detection F1 over ``evaluate.threshold_grid``;
     ties go to the threshold nearest 0.5) and fit the temperature of û on every labelled dev
     span (`cross_validated_temperature`); both are set on ``model`` and returned for the checkpoint."""
-    from .evaluate.metrics import detection_metrics
+    from .evaluate.detection import detection_metrics
 
     ec = cfg.evaluate
     model.temperature, model.validity_threshold = 1.0, ec.validity_threshold

@@ -1,4 +1,4 @@
-"""Span / detection / sequence metrics, ECE and temperature scaling (spanuq.evaluate.metrics)."""
+"""Span / detection / sequence metrics, ECE and temperature scaling (spanuq.evaluate: metrics, detection, scoring, table)."""
 from __future__ import annotations
 
 import itertools
@@ -12,18 +12,16 @@ from scipy.stats import mannwhitneyu, pearsonr, rankdata, spearmanr
 from sklearn.metrics import mean_absolute_error, roc_auc_score
 
 from spanuq.config import EvaluateConfig
+from spanuq.evaluate.detection import detection_metrics, match_spans
 from spanuq.evaluate.metrics import (
     apply_temperature,
-    detection_metrics,
-    evaluate_predictions,
     expected_calibration_error,
     fit_temperature,
-    format_table,
-    match_spans,
-    oracle_span_metrics,
     sequence_metrics,
     span_metrics,
 )
+from spanuq.evaluate.scoring import evaluate_predictions, oracle_span_metrics
+from spanuq.evaluate.table import format_table
 from spanuq.features.dataset import ResponseExample
 
 

@@ -7,7 +7,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from spanuq.evaluate.metrics import defined, detection_metrics, oracle_span_metrics, undefined
+from spanuq.evaluate.detection import detection_metrics
+from spanuq.evaluate.metrics import defined, undefined
+from spanuq.evaluate.scoring import oracle_span_metrics
 from spanuq.io import write_json
 
 from browser import chromium, load

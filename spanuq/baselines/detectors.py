@@ -175,7 +175,7 @@ def score_detected(mlp, examples: list[ResponseExample], detected: list[np.ndarr
 def scores_for_labelled(examples, detected, det_scores, iou_threshold: float, prior: float) -> list[np.ndarray]:
     """Downstream score of every labelled span: its matched detection's û (IoU ≥ threshold),
     else the û of the detection overlapping it most, else ``prior`` (the train mean u*)."""
-    from ..evaluate.metrics import match_spans, token_iou_matrix
+    from ..evaluate.detection import match_spans, token_iou_matrix
 
     out = []
     for e, d, s in zip(examples, detected, det_scores):

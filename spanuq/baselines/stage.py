@@ -27,7 +27,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import Config
-from ..evaluate.metrics import defined, detection_metrics, oracle_span_metrics, sequence_metrics, undefined
+from ..evaluate.detection import detection_metrics
+from ..evaluate.metrics import defined, sequence_metrics, undefined
+from ..evaluate.scoring import oracle_span_metrics
 from ..features.dataset import ResponseExample, load_examples
 from ..io import write_json
 from ..paths import StagePaths

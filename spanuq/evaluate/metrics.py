@@ -1,4 +1,5 @@
-"""Span-, detection- and sequence-level metrics (paper §4.2, App. "Sequence-Level Evaluation").
+"""Span- and sequence-level metrics (paper §4.2, App. "Sequence-Level Evaluation"); detection
+metrics are in ``detection.py``, the every-labelled-span scoreboard in ``scoring.py``.
 
 Span level (over paired soft labels ``u* ∈ [0, 1]`` and scores ``û``)
     AUROC     binary hallucination detection, positives ``u* ≥ 0.5`` (sklearn ``roc_auc_score``)
@@ -6,11 +7,6 @@ Span level (over paired soft labels ``u* ∈ [0, 1]`` and scores ``û``)
     ρ_s       Spearman rank correlation; Pearson ``r`` alongside
     ECE       soft-label expected calibration error (``ece.py``); ``ECE_cal`` after a
               temperature ``T`` fitted on dev (``fit_temperature``)
-Detection
-    predicted spans (validity ≥ threshold) are matched one-to-one to ground-truth
-    spans by maximum total token IoU (Hungarian, ``linear_sum_assignment``) among
-    pairs with IoU ≥ 0.3; precision = matched / predicted, recall = matched / GT,
-    F1 = harmonic mean, all micro-averaged (counts summed over responses).
 Sequence level
     ``u*_seq`` = mean span ``u*`` of a response; Spearman, Pearson, ``AUROC@0.3``
     (positives ``u*_seq ≥ 0.3``) and MAE of ``û_seq``.
@@ -40,18 +36,14 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import mean_absolute_error, roc_auc_score
 
-from ..model.span_ops import pairwise_span_iou
 from .ece import apply_temperature, expected_calibration_error, fit_temperature
 
 __all__ = [
-    "span_metrics", "detection_metrics", "sequence_metrics", "evaluate_predictions",
-    "oracle_span_metrics", "span_level_metrics", "matched_pairs", "match_spans", "token_iou_matrix",
-    "expected_calibration_error", "fit_temperature", "apply_temperature",
-    "format_table", "metric_value", "defined", "undefined",
+    "span_metrics", "sequence_metrics", "expected_calibration_error", "fit_temperature", "apply_temperature",
+    "metric_value", "defined", "undefined",
 ]
 
 CI_LEVEL = 0.95
@@ -360,111 +352,14 @@ def sequence_metrics(u_seq_true, u_seq_pred, positive_threshold: float = 0.3, bo
     return out
 
 
-# ---------------------------------------------------------------- detection
-
-def _token_intervals(spans) -> torch.Tensor:
-    """Inclusive token spans (b, e) → half-open float intervals [b, e + 1)."""
-    a = torch.as_tensor(_to_numpy(spans, np.float64)).reshape(-1, 2).clone()
-    if (a[:, 1] < a[:, 0]).any():
-        raise ValueError("spans must have end >= start (inclusive token indices)")
-    a[:, 1] += 1
-    return a
-
-
-def token_iou_matrix(pred_spans, gt_spans) -> np.ndarray:
-    """(P, 2) × (G, 2) inclusive token spans → (P, G) IoU of the token sets."""
-    return pairwise_span_iou(_token_intervals(pred_spans), _token_intervals(gt_spans)).numpy()
-
-
-def match_spans(pred_spans, gt_spans, iou_threshold: float = 0.3) -> list[tuple[int, int, float]]:
-    """One-to-one matching of predicted to ground-truth spans, maximising total IoU.
-
-    Pairs below ``iou_threshold`` (or with no overlap) cannot match: their IoU is
-    zeroed before the Hungarian assignment, so the result maximises the summed IoU
-    of the kept pairs.  Returns ``[(pred_idx, gt_idx, iou)]`` sorted by ``gt_idx``.
-    """
-    iou = token_iou_matrix(pred_spans, gt_spans)
-    if iou.size == 0:
-        return []
-    ok = (iou >= iou_threshold) & (iou > 0)
-    gain = np.where(ok, iou, 0.0)
-    rows, cols = linear_sum_assignment(gain, maximize=True)
-    pairs = [(int(p), int(g), float(iou[p, g])) for p, g in zip(rows, cols) if ok[p, g]]
-    return sorted(pairs, key=lambda t: t[1])
-
-
-def _counts_detection(matched: np.ndarray, n_pred: np.ndarray, n_gt: np.ndarray, ious: list[float],
-                      bootstrap: int, seed: int) -> dict:
-    """Micro P/R/F1 from per-response counts, with a bootstrap over responses."""
-    fns = {
-        "precision": lambda m, p, g: _ratio(m.sum(), p.sum(), "no predicted spans"),
-        "recall": lambda m, p, g: _ratio(m.sum(), g.sum(), "no ground-truth spans"),
-        "f1": lambda m, p, g: _f1(m.sum(), p.sum(), g.sum()),
-    }
-    out: dict = {"n_pred": int(n_pred.sum()), "n_gt": int(n_gt.sum()), "n_matched": int(matched.sum())}
-    for k, fn in fns.items():
-        try:
-            out[k] = defined(fn(matched, n_pred, n_gt))
-        except Undefined as e:
-            out[k] = undefined(str(e))
-    out["mean_iou"] = defined(float(np.mean(ious))) if ious else undefined("no matched spans")
-    if bootstrap > 0:
-        live = [k for k in fns if out[k]["value"] is not None]
-        samples: dict[str, list[float]] = {k: [] for k in live}
-        for idx, _ in _resample_indices(None, len(matched), bootstrap, seed):
-            for k in live:
-                try:
-                    samples[k].append(fns[k](matched[idx], n_pred[idx], n_gt[idx]))
-                except Undefined:
-                    pass
-        for k in live:
-            out[k] = defined(out[k]["value"], _percentile_ci(samples[k]), n_boot=len(samples[k]))
-        out["bootstrap"] = _bootstrap_info(bootstrap, seed, "response")
-    return out
-
-
-def _ratio(num: float, den: float, reason: str) -> float:
-    if den == 0:
-        raise Undefined(reason)
-    return float(num / den)
-
-
-def _f1(m: float, p: float, g: float) -> float:
-    """F1 = 2PR / (P + R) = 2m / (p + g); 0 when nothing matched."""
-    if p == 0:
-        raise Undefined("no predicted spans")
-    if g == 0:
-        raise Undefined("no ground-truth spans")
-    return float(2 * m / (p + g))
-
-
-def detection_metrics(pred_spans: Sequence, gt_spans: Sequence, iou_threshold: float = 0.3,
-                      bootstrap: int = 0, seed: int = 0) -> dict:
-    """Micro precision / recall / F1 of span detection over responses.
-
-    ``pred_spans[i]`` (P_i, 2) and ``gt_spans[i]`` (G_i, 2): inclusive token spans of
-    response i (predictions already filtered by validity).  Returns
-    ``{"n_pred", "n_gt", "n_matched", "precision", "recall", "f1", "mean_iou", ["bootstrap"]}``.
-    """
-    if len(pred_spans) != len(gt_spans):
-        raise ValueError(f"{len(pred_spans)} prediction lists for {len(gt_spans)} responses")
-    m, p, g, ious = [], [], [], []
-    for ps, gs in zip(pred_spans, gt_spans):
-        pairs = match_spans(ps, gs, iou_threshold)
-        m.append(len(pairs))
-        p.append(len(_token_intervals(ps)))
-        g.append(len(_token_intervals(gs)))
-        ious += [iou for *_, iou in pairs]
-    return _counts_detection(np.array(m), np.array(p), np.array(g), ious, bootstrap, seed)
-
-
 _MOVED = {"evaluate_predictions": "scoring", "matched_pairs": "scoring", "oracle_span_metrics": "scoring",
-          "span_level_metrics": "scoring", "all_span_scores": "scoring", "format_table": "table"}
+          "span_level_metrics": "scoring", "all_span_scores": "scoring", "format_table": "table",
+          "detection_metrics": "detection", "match_spans": "detection", "token_iou_matrix": "detection"}
 
 
 def __getattr__(name: str):
-    """The scoring rules live in scoring.py and the table in table.py; they are importable from
-    here too (lazily: scoring.py imports this module)."""
+    """The scoring rules live in scoring.py, span detection in detection.py and the table in
+    table.py; they are importable from here too (lazily: those modules import this one)."""
     if name in _MOVED:
         from importlib import import_module
 

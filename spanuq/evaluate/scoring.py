@@ -21,16 +21,8 @@ from collections import Counter
 
 import numpy as np
 
-from .metrics import (
-    _counts_detection,
-    _to_numpy,
-    defined,
-    match_spans,
-    sequence_metrics,
-    span_metrics,
-    token_iou_matrix,
-    undefined,
-)
+from .detection import _counts_detection, match_spans, token_iou_matrix
+from .metrics import _to_numpy, defined, sequence_metrics, span_metrics, undefined
 
 
 def example_u_seq(example) -> float | None:
