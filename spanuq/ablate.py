@@ -22,8 +22,8 @@ from tqdm.auto import tqdm
 
 from .config import Config
 from .features.dataset import load_examples, training_examples
-from .io import write_json
-from .llm import resolve_device
+from .io import read_json, write_json
+from .llm import load_tokenizer, resolve_device
 from .paths import StagePaths
 
 log = logging.getLogger(__name__)
@@ -67,30 +67,43 @@ def format_markdown(rows: list[dict], meta: dict) -> str:
         cells = [r["name"]] + [("n/a" if r["values"][c] is None else f"{r['values'][c]:.3f}") for c, _ in COLUMNS]
         cells += [f"{r['train_seconds']:.0f}", str(r["epochs_run"])]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Detection at IoU ≥ {iou} with validity ≥ {thr}; AUROC/MAE/ρ_s as the evaluate stage "
-              "computes them.".format(iou=meta["iou_threshold"], thr=meta["validity_threshold"]), ""]
+    thr = ", ".join(f"{r['name']} {r['validity_threshold']:g}" for r in rows if "validity_threshold" in r)
+    lines += ["", f"Every row is trained on the same split, calibrated on dev as the train stage does and "
+              f"scored as the evaluate stage does: AUROC / MAE / ρ_s over every labelled test span (a span "
+              f"no kept prediction overlaps gets the answer's û_seq); detection at IoU ≥ {meta['iou_threshold']} "
+              f"with each row's dev-chosen validity threshold ({thr}).", ""]
     return "\n".join(lines)
 
 
 def ablate_rows(cfg: Config, rows, train: list, dev: list, test: list, progress: bool = True,
-                on_row=None) -> list[dict]:
-    """Train every row on ``train``/``dev`` and score it on ``test``; one result dict per row."""
-    from .train import evaluate_model, train_probe
+                on_row=None, done: list[dict] | None = None, tokenizer=None) -> list[dict]:
+    """Train every row on ``train``/``dev``, calibrate it on dev as the train stage does (validity
+    threshold for F1, guarded temperature) and score it on ``test`` as the evaluate stage does
+    (word-snapped spans with ``tokenizer``); one result dict per row.  Rows found in ``done``
+    with the same overrides are kept, not retrained (a resumed run)."""
+    from .train import calibrate_on_dev, evaluate_model, train_probe
 
+    finished = {(r["name"], repr(sorted(r["set"].items()))): r for r in done or []}
     results = []
     for row in tqdm(rows, desc="ablate", unit="row", disable=not progress):
+        if (prev := finished.get((row.name, repr(sorted(row.set.items()))))) is not None:
+            results.append(prev)
+            continue
         epochs = {f"train.{k}": v for k in ("warmup_epochs", "joint_epochs")
                   if (v := getattr(cfg.ablate, k)) is not None}
         rcfg = row_config(cfg, {**epochs, **row.set})
+        device = resolve_device(rcfg.train.device)
         t0 = time.perf_counter()
         model, info = train_probe(rcfg, train, dev, progress=False)
         seconds = time.perf_counter() - t0
-        metrics = evaluate_model(model, test, rcfg, resolve_device(rcfg.train.device))
+        calib = calibrate_on_dev(model, dev, rcfg, device, tokenizer)
+        metrics = evaluate_model(model, test, rcfg, device, tokenizer=tokenizer)
         values = {c: _metric(metrics, path) for c, path in COLUMNS}
         results.append({"name": row.name, "set": row.set, "values": values, "train_seconds": round(seconds, 1),
                         "seconds_per_epoch": round(seconds / max(1, info["epochs_run"]), 3),
                         "epochs_run": info["epochs_run"], "best_epoch": info["best_epoch"],
-                        "n_parameters": info["n_parameters"], "metrics": metrics})
+                        "n_parameters": info["n_parameters"], "validity_threshold": calib["validity_threshold"],
+                        "temperature": calib["temperature"], "metrics": metrics})
         log.info("ablate %s: %s (%.0f s)", row.name, values, seconds)
         if on_row:
             on_row(results)
@@ -115,10 +128,16 @@ def run_ablation(cfg: Config, progress: bool = True, out_dir: str | Path | None 
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     meta = {"backbone": cfg.backbone.name, "n_train": len(train), "n_dev": len(dev), "n_test": len(test),
-            "n_test_spans": int(sum(len(e.u) for e in test)),
-            "iou_threshold": cfg.evaluate.iou_threshold, "validity_threshold": cfg.evaluate.validity_threshold}
-    # written after every row, so a killed run keeps the rows it finished
-    results = ablate_rows(cfg, rows, train, dev, test, progress,
+            "n_test_spans": int(sum(len(e.u) for e in test)), "iou_threshold": cfg.evaluate.iou_threshold,
+            "epochs": [cfg.ablate.warmup_epochs or cfg.train.warmup_epochs, cfg.ablate.joint_epochs or cfg.train.joint_epochs],
+            "test_ids": sorted(e.prompt_id for e in test)}
+    # written after every row, so a killed run keeps the rows it finished and a re-run resumes
+    done = []
+    if (out / "ablation.json").exists():
+        prev = read_json(out / "ablation.json")
+        if prev.get("meta") == meta:
+            done = prev.get("rows", [])
+    results = ablate_rows(cfg, rows, train, dev, test, progress, done=done, tokenizer=load_tokenizer(cfg),
                           on_row=lambda res: write_json(out / "ablation.json", {"meta": meta, "rows": res}))
     (out / "ablation.md").write_text(format_markdown(results, meta))
     return out

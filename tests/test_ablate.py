@@ -30,6 +30,14 @@ def test_rows_train_on_the_same_split_and_make_one_table(make_cfg):
         assert r["epochs_run"] == 2 and r["train_seconds"] > 0
         assert r["metrics"]["detection"]["n_gt"] == sum(len(e.spans) for e in test)  # every labelled test span
         assert set(r["values"]) == {"AUROC", "MAE", "ρ_s", "P", "R", "F1", "coverage", "mean IoU"}
+        assert r["validity_threshold"] in cfg.evaluate.threshold_grid  # chosen on dev, as the train stage does
     md = format_markdown(res, {"backbone": "toy", "n_train": 4, "n_dev": 2, "n_test": 3, "n_test_spans": 9,
-                               "iou_threshold": 0.3, "validity_threshold": 0.5})
+                               "iou_threshold": 0.3})
     assert md.count("\n| ") == 3 and "| two-stage |" in md
+
+    # a resumed run keeps the finished rows and trains only the missing or changed ones
+    more = rows + [AblateRow(name="three", set={"probe.refine": True})]
+    changed = [AblateRow(name="paper", set={"probe.seq_weighting": "validity"})]
+    again = ablate_rows(cfg, more, train, dev, test, progress=False, done=res[:1])
+    assert again[0] is res[0] and again[1] is not res[1] and again[2]["name"] == "three"
+    assert ablate_rows(cfg, changed, train, dev, test, progress=False, done=res)[0] is not res[0]

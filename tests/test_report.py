@@ -106,8 +106,12 @@ def test_the_ablation_table_appears_when_ablation_runs_exist(make_cfg, tmp_path)
     cfg = make_cfg("report.log_mlflow=false")
     root = tmp_path / "data" / cfg.backbone.name
     _write_metrics(root, cfg.evaluate)
-    write_json(root / "ablation" / "no_ucir.json", {"name": "w/o UCIR", "spanuq": {
-        "span": {"auroc": defined(0.61), "mae": defined(0.2), "spearman": undefined("constant")}}})
+    row = {"name": "w/o UCIR", "set": {"probe.ucir": False}, "train_seconds": 42.0, "metrics": {
+        "span": {"auroc": defined(0.61), "mae": defined(0.2), "spearman": undefined("constant")},
+        "detection": {"precision": defined(0.5), "recall": defined(0.75), "f1": defined(0.6),
+                      "mean_iou": defined(0.7)}, "coverage": defined(0.75)}}
+    write_json(root / "ablation" / "ablation.json", {"meta": {"n_train": 60, "n_test_spans": 79}, "rows": [row]})
     run_report(cfg, progress=False)
     md = (root / "report" / "report.md").read_text()
-    assert "Ablations" in md and "| w/o UCIR | 0.610 | 0.200 | n/a (constant) |" in md
+    assert "Ablations" in md and "60 train answers" in md
+    assert "| w/o UCIR | 0.610 | 0.200 | n/a (constant) | 0.500 | 0.750 | 0.600 | 0.750 | 0.700 | 42 |" in md

@@ -185,16 +185,25 @@ def per_domain_table(scores: dict, positive_threshold: float = 0.5) -> Table:
 
 
 def ablation_table(ablation_dir: Path) -> Table | None:
-    """One row per ablation run (``ablation/*.json``), when another stage wrote them."""
-    files = sorted(Path(ablation_dir).glob("*.json")) if Path(ablation_dir).is_dir() else []
-    if not files:
+    """The rows of ``spanuq ablate`` (``ablation/ablation.json``), when it has run: each row's
+    switches trained on the same split and scored as the evaluate stage scores."""
+    from ..ablate import COLUMNS
+
+    f = Path(ablation_dir) / "ablation.json"
+    if not f.is_file():
         return None
-    h = ["Variant", "AUROC", "MAE", "ρ_s", "F1"]
+    d = json.loads(f.read_text())
+    h = ["Variant", *[c for c, _ in COLUMNS], "train s"]
     body = []
-    for f in files:
-        d = json.loads(f.read_text())
-        row = d.get("spanuq", d) if isinstance(d, dict) else {}
-        s, det = row.get("span") or {}, row.get("detection") or {}
-        body.append([d.get("name") or d.get("variant") or f.stem, cell(s.get("auroc")), cell(s.get("mae")),
-                     cell(s.get("spearman")), cell(det.get("f1"))])
-    return Table("Ablations (Tab. A7)", h, body)
+    for r in d.get("rows", []):
+        cells = []
+        for _, path in COLUMNS:
+            m = r.get("metrics", {})
+            for k in path:
+                m = m.get(k) if isinstance(m, dict) else None
+            cells.append(cell(m))
+        body.append([r["name"], *cells, num(r.get("train_seconds"), 0)])
+    meta = d.get("meta", {})
+    title = (f"Ablations (Tab. 4 layout; {meta.get('n_train')} train answers, "
+             f"{meta.get('n_test_spans')} labelled test spans)") if meta else "Ablations"
+    return Table(title, h, body)
