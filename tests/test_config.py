@@ -19,7 +19,8 @@ def test_overrides_use_dvc_style_dotted_keys(repo_root):
 def test_presets_merge_over_the_base_and_overrides_win(repo_root):
     cfg = load_config(repo_root / "params.yaml", ["train.lr=0.5"], preset="gpu-paper")
     assert cfg.probe.d_proj == 512 and cfg.generate.n_samples == 20 and cfg.train.lr == 0.5
-    assert load_config(repo_root / "params.yaml", ["preset=cpu-full"]).prompts.n_prompts is None
+    full = load_config(repo_root / "params.yaml", ["preset=cpu-full"])
+    assert full.prompts.n_prompts == 1200 and full.generate.backend == "hf" and full.generate.n_samples == 5
 
 
 def test_typos_and_bad_values_are_errors(repo_root):

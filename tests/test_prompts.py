@@ -220,11 +220,12 @@ def test_split_sizes_are_honoured_exactly(make_cfg):
     assert Counter(p.split for p in prompts) == {"train": 150, "dev": 10, "test": 40}
 
 
-def test_cpu_full_uses_every_bundled_prompt(make_cfg, bundled):
+def test_cpu_full_draws_840_training_answers_from_the_bundled_set(make_cfg, bundled):
     cfg = make_cfg("preset=cpu-full")
     prompts = read_records(run_prompts(cfg, progress=False), Prompt)
-    assert len(prompts) == len(bundled) >= 1000
-    assert sum(p.split == "test" for p in prompts) >= 0.24 * len(prompts)
+    assert len(prompts) == 1200 <= len(bundled)
+    assert sum(p.split == "train" for p in prompts) == 840 and sum(p.split == "test" for p in prompts) == 240
+    assert len({p.domain for p in prompts}) == len({p.domain for p in bundled})  # every domain style
 
 
 def test_the_cli_runs_the_prompts_stage_without_torch(tmp_path, repo_root):
