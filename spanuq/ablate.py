@@ -83,10 +83,11 @@ def ablate_rows(cfg: Config, rows, train: list, dev: list, test: list, progress:
     with the same overrides are kept, not retrained (a resumed run)."""
     from .train import calibrate_on_dev, evaluate_model, train_probe
 
-    finished = {(r["name"], repr(sorted(r["set"].items()))): r for r in done or []}
+    key = lambda name, overrides: (name, repr(sorted(overrides.items())))  # noqa: E731
+    finished = {key(r["name"], r["set"]): r for r in done or []}
     results = []
     for row in tqdm(rows, desc="ablate", unit="row", disable=not progress):
-        if (prev := finished.get((row.name, repr(sorted(row.set.items()))))) is not None:
+        if (prev := finished.get(key(row.name, row.set))) is not None:
             results.append(prev)
             continue
         epochs = {f"train.{k}": v for k in ("warmup_epochs", "joint_epochs")
