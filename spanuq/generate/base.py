@@ -30,7 +30,9 @@ class Generator(Protocol):
     def close(self) -> None: ...
 
 
-def make_generator(cfg: Config) -> Generator:
+def make_generator(cfg: Config, server=None) -> Generator:
+    """The backend named by ``generate.backend`` (resolved: not ``auto``); ``server`` is the
+    llama.cpp server started for a ``server`` backend, watched for crashes."""
     kind = cfg.generate.backend
     if kind == "hf":
         from .hf import HFGenerator
@@ -39,7 +41,7 @@ def make_generator(cfg: Config) -> Generator:
     if kind == "server":
         from .server import ServerGenerator
 
-        return ServerGenerator(cfg)
+        return ServerGenerator(cfg, server=server)
     if kind == "vllm":
         from .vllm import VLLMGenerator
 
