@@ -2,7 +2,8 @@
 metrics are in ``detection.py``, the every-labelled-span scoreboard in ``scoring.py``.
 
 Span level (over paired soft labels ``u* ∈ [0, 1]`` and scores ``û``)
-    AUROC     binary hallucination detection, positives ``u* ≥ 0.5`` (sklearn ``roc_auc_score``)
+    AUROC     binary hallucination detection, positives ``u* ≥ 0.5`` (sklearn ``roc_auc_score``);
+              a tie at the threshold is positive (`is_positive`)
     MAE       ``mean |û − u*|`` (needs ``û ∈ [0, 1]``)
     ρ_s       Spearman rank correlation; Pearson ``r`` alongside
     ECE       soft-label expected calibration error (``ece.py``); ``ECE_cal`` after a
@@ -42,12 +43,25 @@ from sklearn.metrics import mean_absolute_error, roc_auc_score
 from .ece import apply_temperature, expected_calibration_error, fit_temperature
 
 __all__ = [
-    "span_metrics", "sequence_metrics", "expected_calibration_error", "fit_temperature", "apply_temperature",
+    "is_positive", "span_metrics", "sequence_metrics", "expected_calibration_error", "fit_temperature", "apply_temperature",
     "metric_value", "defined", "undefined",
 ]
 
 CI_LEVEL = 0.95
 _RANGE_TOL = 1e-6  # float round-off tolerated (and clipped) on [0, 1] scores; anything beyond is "outside"
+
+
+# ---------------------------------------------------------------- the binary label
+
+def is_positive(u, threshold: float = 0.5) -> np.ndarray:
+    """Which soft labels count as *wrong* (the positive class of every AUROC): ``u* ≥ threshold``.
+
+    The tie is positive, by decision (the paper's ``u ≥ 0.5``): a claim that at most half
+    of the voting samples back is not one the model would reliably say again.  The
+    offline teacher's default support rule gives whole votes (0 or 1) and an odd S, so
+    u* = 0.5 arises only when abstentions leave an even number of voters split evenly.
+    """
+    return np.asarray(u, dtype=float) >= threshold
 
 
 # ---------------------------------------------------------------- JSON-safe values
@@ -124,7 +138,7 @@ def _auroc_fn(threshold: float, item: str = "spans") -> Callable[..., float]:
     """AUROC of scores for the binary label ``u* ≥ threshold``."""
     def auroc(y: np.ndarray, s: np.ndarray, g=None) -> float:
         _need(len(y), 1)
-        pos = y >= threshold
+        pos = is_positive(y, threshold)
         if pos.all() or not pos.any():
             side = f"u* >= {threshold:g}" if pos.all() else f"u* < {threshold:g}"
             raise Undefined(f"one class only: all {len(y)} {item} have {side}")
@@ -304,7 +318,7 @@ def span_metrics(u_true, u_pred, positive_threshold: float = 0.5, ece_bins: int 
         "ece": _ece_fn(ece_bins) if why is None else _always_undefined(why),
     }
     scores = unit_s if why is None else s
-    out: dict = {"n": int(len(y)), "n_pos": int((y >= positive_threshold).sum())}
+    out: dict = {"n": int(len(y)), "n_pos": int(is_positive(y, positive_threshold).sum())}
     if g is not None:
         out["n_groups"] = int(len(set(map(str, g))))
         out["n_pairs"] = _pair_counts(y, s, g, pair_gap)[1]
@@ -345,7 +359,7 @@ def sequence_metrics(u_seq_true, u_seq_pred, positive_threshold: float = 0.3, bo
     fns = {"spearman": _spearman, "pearson": _pearson,
            auroc_key: _auroc_fn(positive_threshold, "sequences"),
            "mae": _mae if why is None else _always_undefined(why)}
-    out: dict = {"n": int(len(y)), "n_pos": int((y >= positive_threshold).sum())}
+    out: dict = {"n": int(len(y)), "n_pos": int(is_positive(y, positive_threshold).sum())}
     out.update(_evaluate(fns, y, unit_s if why is None else s, bootstrap, None, seed))
     if bootstrap > 0:
         out["bootstrap"] = _bootstrap_info(bootstrap, seed, "sequence")

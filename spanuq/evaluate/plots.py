@@ -19,10 +19,12 @@ def roc_plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], threshold: float,
     """ROC of each method on binary labels u* ≥ threshold; curves: name → (u_true, score)."""
     from sklearn.metrics import roc_auc_score, roc_curve
 
+    from .metrics import is_positive
+
     plt = _plt()
     fig, ax = plt.subplots(figsize=(4.4, 4), dpi=110)
     for name, (y, s) in curves.items():
-        pos = np.asarray(y) >= threshold
+        pos = is_positive(y, threshold)
         if pos.all() or not pos.any():
             continue
         fpr, tpr, _ = roc_curve(pos, s)

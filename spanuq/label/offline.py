@@ -55,9 +55,10 @@ from ..config import LabelConfig
 from ..records import Claim, Generation, Prompt, Sample
 from .align import Aligner
 from .terms import TextIndex, is_prompt_copy, numbers_in
+from .truth import truth_row
 from .units import Unit, extract_units, load_spacy
 
-VERSION = 2  # bump when the rules change: keys the per-item cache
+VERSION = 3  # bump when the rules change: keys the per-item cache
 FACTOID_DOMAINS = {"triviaqa", "longform_qa"}
 
 
@@ -69,6 +70,7 @@ class LabelResult:
     status: str = "ok"  # ok | empty | no_claims | error
     error: str | None = None
     stats: dict[str, int] = field(default_factory=dict)
+    truth: list[dict] = field(default_factory=list)  # answer-slot spans for the truth check (`truth.py`)
 
 
 def split_sentences(nlp, texts: list[str]) -> list[list[str]]:
@@ -79,12 +81,13 @@ def split_sentences(nlp, texts: list[str]) -> list[list[str]]:
     return out
 
 
-def term_support(unit: Unit, sample: TextIndex, close: bool, min_score: float) -> float:
-    """support_s of one claim in one sample (module docstring, step 2)."""
+def term_support(unit: Unit, sample: TextIndex, close: bool, min_score: float, partial: float = 0.5) -> float:
+    """support_s of one claim in one sample (module docstring, step 2); ``partial``: the credit
+    when only one signal holds (``label.partial_support``)."""
     present = all(sample.contains(t, min_score) for t in unit.terms) if unit.terms else False
     if unit.kind in ("entity", "number"):
-        return (1.0 if close else 0.5) if present else 0.0
-    return 0.5 * present + 0.5 * close
+        return (1.0 if close else partial) if present else 0.0
+    return 1.0 if (present and close) else (partial if (present or close) else 0.0)
 
 
 def abstains(sample: Sample, claim_start: int) -> bool:
@@ -160,21 +163,24 @@ class OfflineLabeller:
         own_terms = [u.terms if u.kind in ("entity", "number") else None for u in units]
         close = self._closeness([u.text for u in units], sentences, prompt.text, own_terms)  # (K, S) bool
         indexes = [TextIndex(s) for s in samples]
-        refs = [r for r in prompt.references if r.strip()] if self.cfg.use_references else []
+        refs = [r for r in prompt.references if r.strip()]
+        # the slots' verdicts: applied to the labels only with use_references, always kept for the truth check
         verdicts = reference_verdicts(units, answer, prompt, self.cfg.term_min_score) if refs else {}
-        claims = []
+        claims, truth = [], []
         stats.update(abstentions=0, no_votes=0, truncated_samples=sum(s.finish_reason == "length" for s in gen_samples))
         for k, u in enumerate(units):
-            verdict = verdicts.get(k)
+            support = [term_support(u, ix, bool(close[k, s]), self.cfg.term_min_score, self.cfg.partial_support)
+                       for s, ix in enumerate(indexes)]
+            blind, abstained = vote(support, gen_samples, u.start)  # self-consistency alone
+            verdict = verdicts.get(k) if self.cfg.use_references else None
             if verdict == "mismatch":
-                support = [0.0] * len(samples)
-            else:
-                support = [term_support(u, ix, bool(close[k, s]), self.cfg.term_min_score)
-                           for s, ix in enumerate(indexes)]
-            if verdict == "match":  # a sample naming any accepted answer makes the same, correct claim
+                votes, abstained = [0.0] * len(samples), 0
+            elif verdict == "match":  # a sample naming any accepted answer makes the same, correct claim
                 support = [1.0 if any(ix.contains(r, self.cfg.term_min_score) for r in refs) else x
                            for x, ix in zip(support, indexes)]
-            votes, abstained = vote(support, gen_samples, u.start) if verdict != "mismatch" else (support, 0)
+                votes, abstained = vote(support, gen_samples, u.start)
+            else:
+                votes = blind
             stats["abstentions"] += abstained
             if not votes:
                 stats["no_votes"] += 1
@@ -182,11 +188,15 @@ class OfflineLabeller:
             agree = sum(x == 1.0 for x in votes)
             evidence = ([f"samples:{agree}/{len(votes)} agree"] + ([f"abstained:{abstained}"] if abstained else [])
                         + ([f"reference:{verdict}"] if verdict else []))
-            claims.append(Claim(id=f"{gen.prompt_id}:{k}", prompt_id=gen.prompt_id, text=u.text,
+            cid = f"{gen.prompt_id}:{k}"
+            claims.append(Claim(id=cid, prompt_id=gen.prompt_id, text=u.text,
                                 start=u.start, end=u.end, support=votes, evidence=evidence))
+            if k in verdicts and blind and prompt.domain in FACTOID_DOMAINS and not truth:
+                # the answer slot: the first span the reference rule judges (units are in text order)
+                truth.append(truth_row(cid, gen.prompt_id, u.anchor, verdicts[k], blind))
         stats.update(reference_match=sum(v == "match" for v in verdicts.values()),
                      reference_mismatch=sum(v == "mismatch" for v in verdicts.values()))
-        return LabelResult(claims, "ok" if claims else "no_claims", stats=stats)
+        return LabelResult(claims, "ok" if claims else "no_claims", stats=stats, truth=truth)
 
     def _closeness(self, claims: list[str], sentences: list[list[str]], context: str = "",
                    terms: list | None = None) -> np.ndarray:

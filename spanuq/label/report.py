@@ -22,8 +22,14 @@ def u_bin(u: float | None, edges: list[float]) -> str:
     return "low" if u < lo else ("mid" if u < hi else "high")
 
 
-def label_report(records: list[LabeledResponse], edges: list[float], extra: dict | None = None) -> dict:
-    """Counts and distributions of the labels (all values JSON-safe)."""
+def label_report(records: list[LabeledResponse], edges: list[float], extra: dict | None = None,
+                 positive_threshold: float = 0.5) -> dict:
+    """Counts and distributions of the labels (all values JSON-safe).
+
+    ``u.below_threshold``: the share of spans with u* under the positive threshold — the
+    negatives (claims the model would say again) that every AUROC needs."""
+    from ..evaluate.metrics import is_positive
+
     u = np.array([s.u for r in records for s in r.spans], dtype=float)
     per_answer = np.array([len(r.spans) for r in records if r.status == "ok"], dtype=float)
     hist, bin_edges = np.histogram(u, bins=HIST_BINS, range=(0.0, 1.0))
@@ -47,6 +53,8 @@ def label_report(records: list[LabeledResponse], edges: list[float], extra: dict
                              "median": _r(np.median(per_answer)) if len(per_answer) else None,
                              "max": int(per_answer.max()) if len(per_answer) else 0},
         "u": {"mean": _r(u.mean()) if len(u) else None, "std": _r(u.std()) if len(u) else None,
+              "below_threshold": _r((~is_positive(u, positive_threshold)).mean()) if len(u) else None,
+              "at_threshold": int(np.isclose(u, positive_threshold).sum()),
               "low": _r(bins["low"] / n), "mid": _r(bins["mid"] / n), "high": _r(bins["high"] / n),
               "histogram": {"edges": [_r(e) for e in bin_edges], "counts": [int(c) for c in hist]}},
         "u_seq_mean": _r(np.mean([r.u_seq for r in records if r.u_seq is not None]))

@@ -33,6 +33,7 @@ from ..records import Claim, Generation, LabeledResponse, Prompt
 from .offline import LabelResult
 from .report import label_report, plot_label_report, u_bin
 from .targets import span_targets
+from .truth import plot_truth, truth_check
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +130,10 @@ def label_all(cfg: Config, prompts: dict[str, Prompt], gens: list[Generation], l
                 out.append(LabelResult([], "error", str(e)))
                 continue
             hit = {"claims": [c.model_dump(mode="json") for c in res.claims], "status": res.status,
-                   "error": res.error, "stats": res.stats}
+                   "error": res.error, "stats": res.stats, "truth": res.truth}
             cache.put(key, hit)
         out.append(LabelResult([Claim.model_validate(c) for c in hit["claims"]], hit["status"], hit["error"],
-                               hit["stats"]))
+                               hit["stats"], hit.get("truth", [])))
     if failed:
         shown = "; ".join(f"{pid}: {err}" for pid, err in failed[:3])
         raise LabelFailures(f"{len(failed)} of {len(gens)} answers could not be labelled (transient judge failures, "
@@ -211,9 +212,13 @@ def run_label(cfg: Config, progress: bool = True) -> Path:
         extra["judge"] = judge_stats
         extra["judge_failures"] = {k: judge_stats.get(k, 0) for k in
                                    ("format_failures", "http_failures", "transient_failures", "truncated_failures")}
-    report = label_report(records, cfg.label.uncertainty_bins, extra)
+    truth_rows = [t for res in results for t in res.truth]
+    extra["truth"] = truth_check(truth_rows, cfg.evaluate.positive_threshold, cfg.evaluate.bootstrap, cfg.evaluate.seed)
+    report = label_report(records, cfg.label.uncertainty_bins, extra, cfg.evaluate.positive_threshold)
     write_json(paths.label_report, report)
-    plot_label_report(records, paths.label_plots, title=f"labels — {cfg.backbone.name} ({cfg.label.method})")
+    title = f"labels — {cfg.backbone.name} ({cfg.label.method})"
+    plot_label_report(records, paths.label_plots, title=title)
+    plot_truth(truth_rows, extra["truth"], paths.label_plots, title="answer slots")
     ok = report["status"].get("ok", 0)
     if ok == 0:
         raise ValueError(f"no answer got a label (status counts {report['status']}); see {paths.label_report}")
