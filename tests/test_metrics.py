@@ -439,8 +439,8 @@ def test_oracle_span_metrics():
 
 def test_format_table():
     rows = {
-        "SpanUQ": {"span": {"auroc": {"value": 0.8123, "ci": [0.7712, 0.8456]}, "mae": {"value": 0.1, "ci": None},
-                            "ece": {"value": None, "ci": None, "undefined": "x"},
+        "SpanUQ": {"span": {"n": 79, "n_pos": 69, "auroc": {"value": 0.8123, "ci": [0.7712, 0.8456]},
+                            "mae": {"value": 0.1, "ci": None}, "ece": {"value": None, "ci": None, "undefined": "x"},
                             "pair_accuracy": {"value": 0.75, "ci": None}},
                    "span_matched": {"auroc": {"value": 0.95, "ci": None}},
                    "coverage": {"value": 0.5, "ci": None},
@@ -450,10 +450,21 @@ def test_format_table():
     }
     text = format_table(rows)
     lines = text.splitlines()
-    assert len(lines) == 4
-    for col in ("AUROC", "pair acc", "MAE", "ρ_s", "ECE", "F1", "coverage", "AUROC matched", "seq ρ", "seq AUROC@0.3"):
+    assert len(lines) == 4  # no interval wider than ±0.1: no warning line
+    for col in ("AUROC", "neg", "pair acc", "MAE", "ρ_s", "ECE", "F1", "coverage", "AUROC matched", "seq ρ",
+                "seq AUROC@0.3"):
         assert col in lines[0]
     assert "0.812 [0.77, 0.85]" in lines[2] and "0.750" in lines[2] and "0.950" in lines[2]
+    assert " 10/79 " in lines[2]  # the negatives the AUROC rests on, beside it
     assert lines[2].count("n/a") == 2  # ρ_s missing, ECE undefined
-    assert lines[3].startswith("Token entropy") and lines[3].count("n/a") == 9
+    assert lines[3].startswith("Token entropy") and lines[3].count("n/a") == 11
     assert len({len(lines[0].split("AUROC")[0]), len(lines[2].split("0.812")[0])}) == 1  # columns aligned
+
+
+def test_an_interval_wider_than_a_tenth_is_flagged_in_the_table():
+    rows = {"SpanUQ": {"span": {"n": 76, "n_pos": 72, "auroc": {"value": 0.559, "ci": [0.15, 1.0]}}},
+            "prior": {"span": {"n": 76, "n_pos": 72, "auroc": {"value": 0.6, "ci": [0.55, 0.65]}}}}
+    lines = format_table(rows).splitlines()
+    assert "0.559 [0.15, 1.00] !" in lines[2] and " 4/76 " in lines[2]
+    assert "0.600 [0.55, 0.65]  " in lines[3] + "  " and "!" not in lines[3]  # ±0.05: no mark
+    assert lines[-1].startswith("! the 95% interval is wider than ±0.1")

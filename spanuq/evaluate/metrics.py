@@ -43,7 +43,7 @@ from sklearn.metrics import mean_absolute_error, roc_auc_score
 from .ece import apply_temperature, expected_calibration_error, fit_temperature
 
 __all__ = [
-    "is_positive", "span_metrics", "sequence_metrics", "expected_calibration_error", "fit_temperature", "apply_temperature",
+    "is_positive", "wide_interval", "negatives", "span_metrics", "sequence_metrics", "expected_calibration_error", "fit_temperature", "apply_temperature",
     "metric_value", "defined", "undefined",
 ]
 
@@ -62,6 +62,24 @@ def is_positive(u, threshold: float = 0.5) -> np.ndarray:
     u* = 0.5 arises only when abstentions leave an even number of voters split evenly.
     """
     return np.asarray(u, dtype=float) >= threshold
+
+
+# ---------------------------------------------------------------- what a number can show
+
+WIDE_CI = 0.1  # every table flags a 95% interval wider than ±WIDE_CI
+
+
+def wide_interval(m, half_width: float = WIDE_CI) -> bool:
+    """Is the metric's 95% interval wider than ±half_width (too wide to rank methods that close)?"""
+    ci = m.get("ci") if isinstance(m, dict) else None
+    return bool(ci) and (ci[1] - ci[0]) / 2 > half_width
+
+
+def negatives(block) -> str:
+    """``"negatives / items"`` of a metrics block (``n``, ``n_pos``): what its AUROC rests on; ``–`` if absent."""
+    if not isinstance(block, dict) or block.get("n") is None or block.get("n_pos") is None:
+        return "–"
+    return f"{int(block['n']) - int(block['n_pos'])}/{int(block['n'])}"
 
 
 # ---------------------------------------------------------------- JSON-safe values

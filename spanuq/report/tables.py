@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..evaluate.metrics import metric_value, span_metrics
+from ..evaluate.metrics import WIDE_CI, is_positive, metric_value, negatives, span_metrics, wide_interval
 
 # display name, implementation (docs/baselines.md says why)
 METHODS: dict[str, tuple[str, str]] = {
@@ -39,8 +39,14 @@ class Table:
     notes: list[str] = field(default_factory=list)
 
 
+WIDE_MARK = "⚠"
+WIDE_NOTE = (f"{WIDE_MARK} the 95% interval is wider than ±{WIDE_CI:g}: too few items (see neg, the negatives "
+             "u* < 0.5 / labelled spans each AUROC rests on) to tell apart methods that close.")
+
+
 def cell(m, digits: int = 3) -> str:
-    """``0.812 [0.77, 0.85]``; ``n/a (why)`` for an undefined metric; ``–`` when absent."""
+    """``0.812 [0.77, 0.85]``; ``n/a (why)`` for an undefined metric; ``–`` when absent; a
+    trailing ⚠ when the 95% interval is wider than ±0.1."""
     if m is None:
         return "–"
     v = metric_value(m)
@@ -48,7 +54,15 @@ def cell(m, digits: int = 3) -> str:
         why = m.get("undefined") if isinstance(m, dict) else None
         return f"n/a ({why})" if why else "n/a"
     ci = m.get("ci") if isinstance(m, dict) else None
-    return f"{v:.{digits}f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{v:.{digits}f}"
+    text = f"{v:.{digits}f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{v:.{digits}f}"
+    return text + (f" {WIDE_MARK}" if wide_interval(m) else "")
+
+
+def with_wide_note(table: "Table") -> "Table":
+    """The table, with `WIDE_NOTE` added when a cell carries the mark."""
+    if any(c.endswith(f" {WIDE_MARK}") for r in table.rows for c in r) and WIDE_NOTE not in table.notes:
+        table.notes.append(WIDE_NOTE)
+    return table
 
 
 def num(x, digits: int = 2) -> str:
@@ -79,24 +93,24 @@ def _unavailable(row: dict, n_cols: int) -> list[str]:
 
 
 def span_table(rows: dict[str, dict]) -> Table:
-    h = ["Method", "AUROC", "MAE", "ρ_s", "Pearson", "ECE", "ECE cal", "pair acc", "spans"]
+    h = ["Method", "AUROC", "neg", "MAE", "ρ_s", "Pearson", "ECE", "ECE cal", "pair acc", "spans"]
     body = []
     for k, r in rows.items():
         if "span" not in r:
             body.append([display_name(k, r)] + _unavailable(r, len(h) - 1))
             continue
         s = r["span"]
-        body.append([display_name(k, r), cell(s.get("auroc")), cell(s.get("mae")), cell(s.get("spearman")),
+        body.append([display_name(k, r), cell(s.get("auroc")), negatives(s), cell(s.get("mae")), cell(s.get("spearman")),
                      cell(s.get("pearson")), cell(s.get("ece")), cell(s.get("ece_cal")), cell(s.get("pair_accuracy")),
                      num(s.get("n"))])
-    return Table("Span level (Tab. 1): every labelled span of the test split", h, body, [
+    return with_wide_note(Table("Span level (Tab. 1): every labelled span of the test split", h, body, [
         "* oracle span boundaries.  Sequence- and claim-level methods broadcast their score to the answer's spans.",
         "SpanUQ's span metrics are those of the evaluate stage (its rule for labelled spans without a kept "
-        "prediction is in its metrics.json)."])
+        "prediction is in its metrics.json)."]))
 
 
 def sequence_table(rows: dict[str, dict]) -> Table:
-    h = ["Method", "seq ρ", "seq Pearson", "seq AUROC", "seq MAE", "answers"]
+    h = ["Method", "seq ρ", "seq Pearson", "seq AUROC", "neg", "seq MAE", "answers"]
     body = []
     for k, r in rows.items():
         if "sequence" not in r:
@@ -106,26 +120,29 @@ def sequence_table(rows: dict[str, dict]) -> Table:
         s = r["sequence"]
         auroc = next((v for kk, v in s.items() if kk.startswith("auroc@")), None)
         body.append([display_name(k, r), cell(s.get("spearman")), cell(s.get("pearson")), cell(auroc),
-                     cell(s.get("mae")), num(s.get("n"))])
-    return Table("Sequence level (Tab. A-seq): native sequence scores", h, body,
-                 ["Span-level methods: the mean of the answer's span scores."])
+                     negatives(s), cell(s.get("mae")), num(s.get("n"))])
+    return with_wide_note(Table("Sequence level (Tab. A-seq): native sequence scores", h, body,
+                                ["Span-level methods: the mean of the answer's span scores; neg: answers with "
+                                 "u*_seq under the sequence threshold / answers."]))
 
 
 def detection_table(evaluation: dict, baselines: dict) -> Table:
-    h = ["Detector + scorer", "P", "R", "F1", "coverage", "downstream AUROC", "spans / answer"]
+    h = ["Detector + scorer", "P", "R", "F1", "coverage", "downstream AUROC", "neg", "spans / answer"]
     body = []
     su = evaluation.get("spanuq") or {}
     if "detection" in su:
         d = su["detection"]
         body.append(["SpanUQ (learned detection)", cell(d.get("precision")), cell(d.get("recall")), cell(d.get("f1")),
-                     cell(su.get("coverage")), cell((su.get("span") or {}).get("auroc")), "–"])
+                     cell(su.get("coverage")), cell((su.get("span") or {}).get("auroc")), negatives(su.get("span")),
+                     "–"])
     for k, r in baselines.get("detectors", {}).items():
         if "unavailable" in r:
             body.append([k] + _unavailable(r, len(h) - 1))
             continue
         d = r["detection"]
         body.append([f"{k} + MLP probe", cell(d.get("precision")), cell(d.get("recall")), cell(d.get("f1")),
-                     cell(r.get("coverage")), cell(r["span"].get("auroc")), num(r.get("spans_per_answer"), 1)])
+                     cell(r.get("coverage")), cell(r["span"].get("auroc")), negatives(r["span"]),
+                     num(r.get("spans_per_answer"), 1)])
     iou = (su.get("detection") or {}).get("iou_threshold", 0.3)
     notes = [f"P/R/F1 at IoU ≥ {iou}; coverage = labelled spans matched by a detection.  Downstream AUROC over "
              "every labelled span: the matched detection's score, else the most-overlapping detection's, else the "
@@ -134,7 +151,7 @@ def detection_table(evaluation: dict, baselines: dict) -> Table:
         notes.append("The offline teacher's spans come from spaCy rules (entities, numbers, noun chunks), so the "
                      "spaCy-based detectors (sentence, spacy_ner) are partly circular here; the comparison that "
                      "counts is under judge labels (label.method = judge).")
-    return Table("Span detection (Tab. 2)", h, body, notes)
+    return with_wide_note(Table("Span detection (Tab. 2)", h, body, notes))
 
 
 def cost_table(rows: dict[str, dict], cost: dict) -> Table:
@@ -171,7 +188,8 @@ def per_domain_table(scores: dict, positive_threshold: float = 0.5) -> Table:
     dom = np.asarray(scores.get("domain", []))
     u = np.asarray(scores.get("u", []), dtype=float)
     domains = sorted(set(dom.tolist()))
-    h = ["Method"] + [f"{d} (n = {int((dom == d).sum())})" for d in domains]
+    neg = {d: int((~is_positive(u[dom == d], positive_threshold)).sum()) for d in domains}
+    h = ["Method"] + [f"{d} (n = {int((dom == d).sum())}, neg = {neg[d]})" for d in domains]
     body = []
     groups = ([("methods", {"spanuq": scores["spanuq"]})] if scores.get("spanuq") else []) + [
         (g, scores.get(g, {})) for g in ("methods", "detectors")]
@@ -181,7 +199,9 @@ def per_domain_table(scores: dict, positive_threshold: float = 0.5) -> Table:
             label = display_name(k, {}) if group == "methods" else f"{k} + MLP probe"
             body.append([label] + [cell(span_metrics(u[dom == d], s[dom == d], positive_threshold)["auroc"])
                                    for d in domains])
-    return Table("Span AUROC per domain", h, body)
+    return Table("Span AUROC per domain", h, body, ["n: labelled spans of the domain; neg: those with u* < the "
+                                                    "positive threshold. No intervals: read small domains as "
+                                                    "anecdotes."])
 
 
 def ablation_table(ablation_dir: Path) -> Table | None:
@@ -204,6 +224,9 @@ def ablation_table(ablation_dir: Path) -> Table | None:
             cells.append(cell(m))
         body.append([r["name"], *cells, num(r.get("train_seconds"), 0)])
     meta = d.get("meta", {})
+    first = next((r.get("metrics", {}).get("span") for r in d.get("rows", []) if r.get("metrics")), None)
+    neg = negatives(first)
     title = (f"Ablations (Tab. 4 layout; {meta.get('n_train')} train answers, "
-             f"{meta.get('n_test_spans')} labelled test spans)") if meta else "Ablations"
-    return Table(title, h, body)
+             f"{meta.get('n_test_spans')} labelled test spans"
+             + (f", negatives / spans {neg}" if neg != "–" else "") + ")") if meta else "Ablations"
+    return with_wide_note(Table(title, h, body))
