@@ -254,3 +254,26 @@ def test_backend_auto_falls_back_to_transformers_with_one_warning_when_llama_cpp
     assert stats["backend"] == "hf" and gens[0].greedy.text
     assert len(warnings) == 1 and "llama.cpp server cannot run on this machine" in warnings[0]
     assert "exited with status" in warnings[0]
+
+
+@pytest.mark.server
+def test_two_launched_llama_cpp_servers_share_the_prompts(make_cfg, tmp_path):
+    """llama-cpp-python's server decodes one request at a time, so the stage runs one
+    single-thread server per core and gives them prompts in turn; greedy answers are the ones a
+    single server gives (samples may differ where llama.cpp's prompt-cache reuse flips a near tie,
+    as request order on one server does)."""
+    from spanuq.generate.stage import open_generator, server_layout
+
+    base = ["generate.backend=server", "generate.launch_server=true", "generate.n_samples=2",
+            "generate.max_new_tokens=16", "generate.sample_max_new_tokens=8", "generate.server_threads=1"]
+    two = make_cfg(*base, "generate.server_processes=2")
+    assert server_layout(two, cpus=2) == (2, 1)
+    assert server_layout(make_cfg("generate.server_processes=null", "generate.server_threads=null"), cpus=2) == (2, 1)
+    with open_generator(two) as gen:
+        gens2, _ = generate_all(two, PROMPTS, generator=gen, cache_dir=tmp_path / "two", progress=False)
+        assert len({c.base_url for c in gen.clients}) == 2
+        assert all(c.stats.calls >= 2 for c in gen.clients)  # both servers answered
+    gens1, _ = generate_all(make_cfg(*base, "generate.server_processes=1"), PROMPTS, cache_dir=tmp_path / "one",
+                            progress=False)
+    assert [g.greedy.text for g in gens2] == [g.greedy.text for g in gens1]
+    assert all(len(g.samples) == 2 for g in gens2)

@@ -6,6 +6,7 @@ when a server returns fewer choices than asked (llama.cpp serves n=1).
 """
 from __future__ import annotations
 
+import itertools
 from concurrent.futures import ThreadPoolExecutor
 
 from ..config import Config
@@ -17,16 +18,28 @@ class ServerGenerator:
     name = "server"
 
     def __init__(self, cfg: Config, server=None):
-        """``server``: the `LlamaCppServer` this process started for us, if any: its death is
-        then reported as a crash (status or signal + log tail) instead of "cannot reach"."""
+        """``server``: the `LlamaCppServer` (or a list of them) this process started for us, if
+        any: prompts are spread over them in turn (all run the same GGUF with the same threads and
+        requests carry their seeds: greedy answers do not depend on which one serves a prompt;
+        a sample can, where llama.cpp's prompt-cache reuse flips a near tie, as request order does
+        on one server), and a server's death is reported as a crash
+        (status or signal + log tail) instead of "cannot reach"."""
         g = cfg.generate
         self.cfg = g
-        liveness = (lambda: server.raise_if_dead(grace_s=2.0)) if server is not None else None
-        self.client = OpenAIClient(g.server_url, g.api_key_env, g.timeout_s, g.max_retries, liveness=liveness)
-        models = self.client.check()  # fail fast, clearly, if the server is down
-        self.model = g.server_model or (models[0] if models else "default")
+        servers = server if isinstance(server, (list, tuple)) else ([server] if server is not None else [])
 
-    def _complete(self, prompt: str, n: int, temperature: float, seed: int) -> list[Completion]:
+        def client(srv, url):
+            liveness = (lambda: srv.raise_if_dead(grace_s=2.0)) if srv is not None else None
+            return OpenAIClient(url, g.api_key_env, g.timeout_s, g.max_retries, liveness=liveness)
+
+        self.clients = [client(s, s.base_url) for s in servers] or [client(None, g.server_url)]
+        self.client = self.clients[0]
+        models = [c.check() for c in self.clients][0]  # fail fast, clearly, if a server is down
+        self.model = g.server_model or (models[0] if models else "default")
+        self.concurrency = max(g.concurrency, len(self.clients))
+        self._turn = itertools.count()
+
+    def _complete(self, prompt: str, n: int, temperature: float, seed: int, client=None) -> list[Completion]:
         budget = self.cfg.max_new_tokens if temperature == 0 else (self.cfg.sample_max_new_tokens
                                                                    or self.cfg.max_new_tokens)
         payload = {
@@ -37,28 +50,34 @@ class ServerGenerator:
             payload["stop"] = list(self.cfg.stop)
         if temperature > 0:
             payload["top_p"] = self.cfg.top_p
-        data = self.client.post("completions", payload)
+        data = (client or self.client).post("completions", payload)
         out = [
             Completion(c.get("text", "").strip(), "length" if c.get("finish_reason") == "length" else "stop")
             for c in data.get("choices", [])
         ]
         return out
 
-    def _samples(self, prompt: str, n: int, seed: int) -> list[Completion]:
-        out = self._complete(prompt, n, self.cfg.temperature, seed)[:n]
+    def _samples(self, prompt: str, n: int, seed: int, client=None) -> list[Completion]:
+        out = self._complete(prompt, n, self.cfg.temperature, seed, client)[:n]
         k = len(out)
         while len(out) < n:
-            out += self._complete(prompt, 1, self.cfg.temperature, seed + 1000 * k)[:1]
+            out += self._complete(prompt, 1, self.cfg.temperature, seed + 1000 * k, client)[:1]
             k += 1
         return out
 
+    def _clients(self, n: int) -> list:
+        """The servers for the next n prompts, in turn across calls."""
+        return [self.clients[next(self._turn) % len(self.clients)] for _ in range(n)]
+
     def greedy(self, prompts: list[str]) -> list[Completion]:
-        with ThreadPoolExecutor(self.cfg.concurrency) as ex:
-            return list(ex.map(lambda p: self._complete(p, 1, 0.0, self.cfg.seed)[0], prompts))
+        with ThreadPoolExecutor(self.concurrency) as ex:
+            return list(ex.map(lambda p, c: self._complete(p, 1, 0.0, self.cfg.seed, c)[0],
+                               prompts, self._clients(len(prompts))))
 
     def sample(self, prompts: list[str], n: int, seeds: list[int]) -> list[list[Completion]]:
-        with ThreadPoolExecutor(self.cfg.concurrency) as ex:
-            return list(ex.map(lambda ps: self._samples(ps[0], n, ps[1]), zip(prompts, seeds)))
+        with ThreadPoolExecutor(self.concurrency) as ex:
+            return list(ex.map(lambda p, s, c: self._samples(p, n, s, c), prompts, seeds, self._clients(len(prompts))))
 
     def close(self) -> None:
-        self.client.close()
+        for c in self.clients:
+            c.close()

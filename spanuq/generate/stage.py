@@ -54,11 +54,11 @@ def open_generator(cfg: Config) -> Iterator[Generator]:
     g = cfg.generate
     backend = resolve_auto_backend(cfg) if g.backend == "auto" else g.backend
     if backend == "server" and g.launch_server:
-        with _managed_server(cfg, fall_back=g.backend == "auto") as srv:
-            if srv is not None:
+        with _managed_server(cfg, fall_back=g.backend == "auto") as servers:
+            if servers is not None:
                 cfg = cfg.model_copy(update={"generate": g.model_copy(update={"backend": "server",
-                                                                                "server_url": srv.base_url})})
-                with _opened(make_generator(cfg, server=srv)) as gen:
+                                                                                "server_url": servers[0].base_url})})
+                with _opened(make_generator(cfg, server=servers)) as gen:
                     yield gen
                 return
         backend = "hf"  # auto, and the llama.cpp server cannot run here
@@ -84,9 +84,24 @@ def resolve_auto_backend(cfg: Config) -> str:
     return "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") else "hf"
 
 
+def server_layout(cfg: Config, cpus: int | None = None) -> tuple[int, int]:
+    """(servers, threads per server) for the launched llama.cpp servers (``generate.server_processes``)."""
+    import os
+
+    cpus = cpus or os.cpu_count() or 1
+    n = cfg.generate.server_processes or min(MAX_AUTO_SERVERS, cpus)
+    return n, cfg.generate.server_threads or max(1, cpus // n)
+
+
+MAX_AUTO_SERVERS = 4
+
+
 @contextmanager
 def _managed_server(cfg: Config, fall_back: bool):
-    """The llama.cpp server for this stage; with ``fall_back``, None (and one warning) when it cannot run."""
+    """The llama.cpp servers for this stage (a list, `server_layout`); with ``fall_back``, None
+    (and one warning) when they cannot run."""
+    from contextlib import ExitStack
+
     from ..backbones import get_preset
     from ..llamacpp import LlamaCppServer, ServerCrashed
     from ..llm import gguf_path
@@ -95,21 +110,27 @@ def _managed_server(cfg: Config, fall_back: bool):
     if not preset.gguf_package:
         raise ValueError(f"generate.launch_server needs a GGUF backbone; {preset.name} has none "
                          "(start `vllm serve` yourself and set generate.server_url)")
-    log_path = StagePaths.from_config(cfg).stage_cache("generate").parent / "llama-server.log"
-    srv = LlamaCppServer(gguf_path(preset), n_threads=cfg.generate.server_threads, log_path=log_path)
-    try:
-        srv.start()
-    except (ServerCrashed, RuntimeError, TimeoutError) as e:
-        if not fall_back:
-            raise
-        log.warning("generate.backend=auto: the llama.cpp server cannot run on this machine (%s); "
-                    "generating with transformers (hf) instead", str(e).splitlines()[0])
-        yield None
-        return
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    log_dir = StagePaths.from_config(cfg).stage_cache("generate").parent
+    n, threads = server_layout(cfg)
+    with ExitStack() as stack:
+        servers = []
+        try:
+            for i in range(n):
+                log_path = log_dir / ("llama-server.log" if i == 0 else f"llama-server-{i}.log")
+                srv = LlamaCppServer(gguf_path(preset), n_threads=threads, log_path=log_path)
+                srv.start()
+                stack.callback(srv.stop)
+                servers.append(srv)
+        except (ServerCrashed, RuntimeError, TimeoutError) as e:
+            if not fall_back:
+                raise
+            log.warning("generate.backend=auto: the llama.cpp server cannot run on this machine (%s); "
+                        "generating with transformers (hf) instead", str(e).splitlines()[0])
+            stack.close()
+            yield None
+            return
+        log.info("generate: %d llama.cpp server(s), %d thread(s) each", n, threads)
+        yield servers
 
 
 @contextmanager
