@@ -190,7 +190,7 @@ class LabelConfig(_Section):
     repair_min_score: float = 80.0  # rapidfuzz 0-100: a judge span not found verbatim is re-anchored above this, else dropped
     term_min_score: float = 85.0  # offline: fuzzy score for a key entity/number to count as present in a sample
     use_references: bool = True  # offline: check answer-like spans against the prompt's reference answers
-    partial_support: float = 0.5  # offline: support_s when only one signal holds (key term in s, said in another context)
+    partial_support: float = 1.0  # offline: support_s when only one signal holds (key term in s, said in another context)
     device: str = "auto"  # embedding / NLI model device
 
 

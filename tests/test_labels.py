@@ -145,6 +145,86 @@ def test_a_truncated_sample_abstains_on_claims_it_never_reached(offline, tok):
     assert {g2.greedy.text[c.start:c.end]: c.u for c in offline.label(g2, p).claims}["Charles Babbage"] == 0.5
 
 
+def test_a_sample_that_reaches_a_claim_is_never_an_abstention(offline, tok):
+    """Cut off by the budget, but past the claim's position: the sample had room to say it and did
+    not, so it votes against; one that says the claim votes for it however short it is."""
+    p = Prompt(id="al", domain="biography", text="Tell me a bio of Ada Lovelace.")
+    greedy = "Ada Lovelace was born in 1815 in London."
+    reached = "Ada Lovelace was a poet born in Paris, where she wrote about engines and looms for years"
+    says_it = "Born in London."
+    g = generation(tok, "al", greedy, [reached, says_it, reached], truncated=(0, 1, 2))
+    london = {g.greedy.text[c.start:c.end]: c for c in offline.label(g, p).claims}["London"]
+    assert greedy.index("London") < len(reached)  # the cut samples ran past the claim
+    assert london.support == [0.0, 1.0, 0.0] and not any(e.startswith("abstained") for e in london.evidence)
+    assert london.u == pytest.approx(2 / 3)
+
+
+def test_the_tie_at_the_positive_threshold_counts_as_wrong(offline, tok):
+    """u* = 0.5 (half the voters back the claim) is a positive, in the metrics and the label report."""
+    from spanuq.evaluate.metrics import is_positive, negatives, span_metrics
+    from spanuq.label.report import label_report
+    from spanuq.records import SpanTarget
+
+    assert is_positive(0.5) and not is_positive(0.4999) and is_positive(0.5, 0.5)
+    m = span_metrics([0.5, 0.5, 0.0, 1.0], [0.9, 0.8, 0.1, 0.7])
+    assert m["n_pos"] == 3 and negatives(m) == "1/4" and m["auroc"]["value"] == 1.0
+    p = Prompt(id="al", domain="biography", text="Tell me a bio of Ada Lovelace.")
+    g = generation(tok, "al", "Ada Lovelace was born in 1815.", ["She was born in 1815.", "She was born in 1820."])
+    year = {g.greedy.text[c.start:c.end]: c for c in offline.label(g, p).claims}["1815"]
+    assert year.u == 0.5  # one of two samples
+    spans = [SpanTarget(claim_id="a", text="1815", char_start=0, char_end=4, tok_start=0, tok_end=0, u=year.u),
+             SpanTarget(claim_id="b", text="x", char_start=5, char_end=6, tok_start=1, tok_end=1, u=0.2)]
+    rec = LabeledResponse(prompt_id="al", domain="biography", split="train", response="x", n_tokens=2,
+                          spans=spans, u_seq=0.35, status="ok")
+    u = label_report([rec], [0.1, 0.4])["u"]
+    assert u["below_threshold"] == 0.5 and u["at_threshold"] == 1
+
+
+def truth_of(offline, tok, cases: list[tuple[Prompt, str, list[str]]]) -> dict:
+    from spanuq.label.truth import truth_check
+
+    rows = [t for p, greedy, samples in cases for t in offline.label(generation(tok, p.id, greedy, samples), p).truth]
+    return truth_check(rows, bootstrap=0), rows
+
+
+CAPITALS = [Prompt(id=c, domain="triviaqa", text=f"What is the capital of {c}?", references=[r])
+            for c, r in [("Kenya", "Nairobi"), ("Peru", "Lima"), ("Norway", "Oslo"), ("Chile", "Santiago")]]
+
+
+def test_the_truth_check_rewards_a_teacher_whose_u_tells_right_from_wrong(offline, tok):
+    """Right answers the samples repeat, wrong answers they do not: u* (reference rule held out)
+    ranks every wrong slot above every right one."""
+    (kenya, peru, norway, chile) = CAPITALS
+    check, rows = truth_of(offline, tok, [
+        (kenya, "The capital of Kenya is Nairobi.", ["Nairobi is the capital of Kenya."] * 3),
+        (peru, "The capital of Peru is Lima.", ["Lima.", "It is Lima.", "The capital is Cusco."]),
+        (norway, "The capital of Norway is Bergen.", ["It is Oslo.", "Oslo.", "The capital is Trondheim."]),
+        (chile, "The capital of Chile is Valparaíso.", ["Santiago.", "It is Santiago.", "Santiago, Chile."]),
+    ])
+    assert [(r["anchor"], r["slot"]) for r in rows] == [("Nairobi", "correct"), ("Lima", "correct"),
+                                                         ("Bergen", "wrong"), ("Valparaíso", "wrong")]
+    assert [r["u"] for r in rows] == pytest.approx([0.0, 1 / 3, 1.0, 1.0])
+    assert check["auroc"]["value"] == 1.0 and (check["correct"], check["wrong"]) == (2, 2)
+    assert check["u_wrong"]["below_threshold"] == 0.0 and check["u_correct"]["below_threshold"] == 1.0
+
+
+def test_the_truth_check_is_not_set_by_the_reference_rule(offline, tok):
+    """A model that repeats its wrong answers and wavers on its right ones: the training labels
+    still mark the wrong slot u* = 1 (reference rule), but the check sees u* without the rule
+    and reports the teacher's self-consistency as inverted (AUROC 0)."""
+    (kenya, peru, norway, chile) = CAPITALS
+    cases = [
+        (kenya, "The capital of Kenya is Nairobi.", ["Mombasa.", "It is Mombasa.", "Kisumu."]),
+        (peru, "The capital of Peru is Lima.", ["Cusco.", "It is Arequipa.", "Cusco, Peru."]),
+        (norway, "The capital of Norway is Bergen.", ["Bergen."] * 3),
+        (chile, "The capital of Chile is Valparaíso.", ["Valparaíso.", "It is Valparaíso.", "Valparaíso!"]),
+    ]
+    check, rows = truth_of(offline, tok, cases)
+    assert check["auroc"]["value"] == 0.0
+    bergen = offline.label(generation(tok, "Norway", *cases[2][1:]), norway).claims[0]
+    assert bergen.u == 1.0 and "reference:mismatch" in bergen.evidence  # the label itself is the rule's
+
+
 def test_without_references_labels_are_self_consistency(offline, tok):
     p = Prompt(id="b", domain="biography", text="Tell me a bio of Ada Lovelace.")
     g = generation(tok, "b", "Ada Lovelace was born in 1815 in London.", [
@@ -206,6 +286,11 @@ def test_label_stage_writes_labels_report_and_plot_and_resumes(make_cfg, tok):
     assert sum(report["u"]["histogram"]["counts"]) == report["spans"]
     assert report["cache"]["misses"] == 7
     assert (paths.label_plots / "labels.png").stat().st_size > 1000
+    # the truth check: one answer slot per factoid answer with references (Sydney wrong; Paris, 1945 right)
+    truth = report["truth"]
+    assert (truth["correct"], truth["wrong"]) == (2, 1) and truth["auroc"]["value"] is not None
+    assert (paths.label_plots / "truth.png").stat().st_size > 1000
+    assert 0 <= report["u"]["below_threshold"] <= 1
     claims = read_records(paths.claims, Claim)
     assert len(claims) >= report["spans"]
     # a re-run labels nothing again and gives the same labels
