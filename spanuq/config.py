@@ -290,6 +290,9 @@ class EvaluateConfig(_Section):
     # rows beside SpanUQ; surface_prior is the floor any reader of the answer must clear
     baselines: list[str] = Field(default_factory=lambda: ["surface_prior", "token_entropy", "mlp_probe"])
     n_examples: int = 2  # test answers drawn with their scored spans (plots/eval/examples.png)
+    # another run's data folder (e.g. "data"): its probe scores this run's test split and its
+    # train/dev fit the reference rows, e.g. to score a prompt file the probe never saw (README)
+    probe_from: str | None = None
 
 
 class ScoreConfig(_Section):

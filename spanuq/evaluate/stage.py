@@ -117,12 +117,18 @@ def run_evaluate(cfg: Config, progress: bool = True) -> Path:
     paths = StagePaths.from_config(cfg)
     torch.set_num_threads(cfg.train.num_threads or os.cpu_count() or 1)
     test = load_examples(paths.features, paths.labels, ("test",))
-    dev = load_examples(paths.features, paths.labels, ("dev",))
-    train = load_examples(paths.features, paths.labels, ("train",))
+    # the probe and the fitted rows' train/dev: this run's, or those of ``evaluate.probe_from``
+    fit = paths if not cfg.evaluate.probe_from else StagePaths.from_config(
+        cfg.model_copy(update={"paths": cfg.paths.model_copy(update={"data": cfg.evaluate.probe_from})}))
+    if fit is not paths and not (fit.probe.is_dir() and fit.labels.is_file()):
+        raise FileNotFoundError(f"evaluate.probe_from={cfg.evaluate.probe_from!r}: no trained probe at {fit.probe} "
+                                "(run the pipeline there first)")
+    dev = load_examples(fit.features, fit.labels, ("dev",))
+    train = load_examples(fit.features, fit.labels, ("train",))
     if not test:
         raise ValueError(f"no labelled test responses in {paths.labels}; see the label report")
     device = resolve_device(cfg.train.device)
-    model, meta = load_checkpoint(paths.probe, device)
+    model, meta = load_checkpoint(fit.probe, device)
     tokenizer = load_tokenizer(cfg)
     t0 = time.perf_counter()
     probe_metrics, preds, scores = evaluate_probe(cfg, model, test, device, tokenizer)
@@ -132,7 +138,7 @@ def run_evaluate(cfg: Config, progress: bool = True) -> Path:
     rows = {"spanuq": probe_metrics, **baseline_rows}
     n_spans = int(sum(len(e.u) for e in test))
     metrics = {"backbone": cfg.backbone.name, "split": "test", "n_responses": len(test), "n_spans": n_spans,
-               "probe": {"n_parameters": model.num_parameters(), **meta.get("extra", {})},
+               "probe": {"n_parameters": model.num_parameters(), "from": str(fit.probe), **meta.get("extra", {})},
                **rows}
     write_json(paths.metrics, metrics)
 
