@@ -22,9 +22,9 @@ from spanuq.baselines.cost import time_decoding, time_spanuq
 from spanuq.baselines.stage import Shared, add_costs, run_method, spanuq_vs_selfcheck
 from spanuq.config import load_config
 from spanuq.features.dataset import load_examples
-from spanuq.llm import resolve_device
+from spanuq.llm.loading import resolve_device
 from spanuq.model import load_checkpoint
-from spanuq.paths import StagePaths
+from spanuq.pipeline.paths import StagePaths
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spanuq.backbones import get_preset  # noqa: E402
+from spanuq.llm.presets import get_preset  # noqa: E402
 from spanuq.config import LossConfig, ProbeConfig  # noqa: E402
 from spanuq.features.extract import fuse, teacher_forced_ids  # noqa: E402
 from spanuq.model import HungarianMatcher, SetCriterion, SpanUQProbe  # noqa: E402

@@ -60,7 +60,7 @@ def main() -> None:
 
     from spanuq.config import load_config
     from spanuq.data.prompts import load_bundled
-    from spanuq.llamacpp import free_port
+    from spanuq.llm.llamacpp import free_port
     from spanuq.model import SpanUQProbe, save_checkpoint
 
     cfg = load_config("params.yaml")

@@ -18,7 +18,7 @@ class _Section(BaseModel):
 
 
 class BackboneConfig(_Section):
-    """Which frozen LLM to use; `name` picks a preset from `spanuq.backbones`."""
+    """Which frozen LLM to use; `name` picks a preset from `spanuq.llm.presets`."""
 
     name: str = "smollm2-135m"
     layers: list[int] | None = None  # None: the preset's layers
@@ -354,7 +354,7 @@ class AblateRow(_Section):
 
 
 class AblateConfig(_Section):
-    """`spanuq ablate`: every row trained on the same split, evaluated on test (spanuq/ablate.py)."""
+    """`spanuq ablate`: every row trained on the same split, evaluated on test (spanuq/train/ablate.py)."""
 
     warmup_epochs: int | None = None  # None: train.warmup_epochs
     joint_epochs: int | None = None  # None: train.joint_epochs

@@ -15,7 +15,7 @@ STAGES: dict[str, str] = {
     "index": "spanuq.label.stage:run_index",
     "label": "spanuq.label.stage:run_label",
     "extract": "spanuq.features.extract:run_extract",
-    "train": "spanuq.train:run_train",
+    "train": "spanuq.train.stage:run_train",
     "evaluate": "spanuq.evaluate.stage:run_evaluate",
     "baselines": "spanuq.baselines.stage:run_baselines",
     "report": "spanuq.report.stage:run_report",

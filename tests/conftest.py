@@ -37,9 +37,9 @@ def make_cfg(tmp_path):
 def llama_server():
     """The real llama.cpp OpenAI-compatible server on the shipped SmolLM2 GGUF, on 127.0.0.1."""
     pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
-    from spanuq.backbones import get_preset
-    from spanuq.llamacpp import LlamaCppServer
-    from spanuq.llm import gguf_path
+    from spanuq.llm.presets import get_preset
+    from spanuq.llm.llamacpp import LlamaCppServer
+    from spanuq.llm.loading import gguf_path
 
     with LlamaCppServer(gguf_path(get_preset("smollm2-135m")), n_threads=2) as srv:
         yield srv

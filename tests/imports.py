@@ -2,7 +2,7 @@
 
 Every ``import`` counts, also those inside functions (lazy imports still run when the
 function does), and so does a string naming a module in a registry
-(``"spanuq.train.stage:run_train"``, ``import_module("spanuq.score.scorer")``): the stage
+(``"spanuq.train.stage.stage:run_train"``, ``import_module("spanuq.score.scorer")``): the stage
 and baseline registries and the package's lazy names import through such strings.
 
 Used by tests/test_architecture.py (layers, circles, dvc.yaml deps); run it as a script

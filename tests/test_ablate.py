@@ -2,7 +2,7 @@
 import pytest
 from test_probe import TINY, synthetic_examples
 
-from spanuq.ablate import ablate_rows, format_markdown, row_config
+from spanuq.train.ablate import ablate_rows, format_markdown, row_config
 from spanuq.config import AblateRow
 
 

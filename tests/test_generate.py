@@ -4,9 +4,9 @@ import json
 import pytest
 
 from spanuq.generate.stage import generate_all, prompt_seed, run_generate
-from spanuq.io import read_records, write_jsonl
-from spanuq.openai_client import EndpointUnreachable
-from spanuq.records import Generation, Prompt
+from spanuq.pipeline.files import read_records, write_jsonl
+from spanuq.llm.openai_client import EndpointUnreachable
+from spanuq.pipeline.records import Generation, Prompt
 
 PROMPTS = [
     Prompt(id="p1", domain="triviaqa", text="What is the capital of Australia?", references=["Canberra"]),
@@ -61,7 +61,7 @@ def test_transformers_backend_samples_do_not_depend_on_the_batch(make_cfg):
     """The hf backend decodes many prompts' samples in one batch, each row from its own
     seeded stream: a prompt alone and the same prompt beside others get the same samples."""
     from spanuq.generate.hf import HFGenerator
-    from spanuq.llm import chat_prompt
+    from spanuq.llm.loading import chat_prompt
 
     cfg = make_cfg("generate.backend=hf", "generate.sample_max_new_tokens=12", "generate.max_new_tokens=16",
                    "generate.stop=['.']")
@@ -120,7 +120,7 @@ def test_a_killed_run_resumes_and_empty_answers_are_recorded(make_cfg):
 
 
 def test_stage_writes_generations_and_a_report(make_cfg, monkeypatch):
-    from spanuq.paths import StagePaths
+    from spanuq.pipeline.paths import StagePaths
     import spanuq.generate.stage as stage
 
     cfg = make_cfg("generate.batch_size=2", "generate.n_samples=2")

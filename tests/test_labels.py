@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from spanuq.io import read_records, write_jsonl
+from spanuq.pipeline.files import read_records, write_jsonl
 from spanuq.label.targets import char_span_to_tokens, span_targets, token_offsets
-from spanuq.paths import StagePaths
-from spanuq.records import Claim, Generation, LabeledResponse, Prompt, Sample
+from spanuq.pipeline.paths import StagePaths
+from spanuq.pipeline.records import Claim, Generation, LabeledResponse, Prompt, Sample
 
 from judge_server import ScriptedJudge
 
@@ -14,7 +14,7 @@ from judge_server import ScriptedJudge
 @pytest.fixture(scope="module")
 def tok():
     from spanuq.config import load_config
-    from spanuq.llm import load_tokenizer
+    from spanuq.llm.loading import load_tokenizer
 
     return load_tokenizer(load_config(None))
 

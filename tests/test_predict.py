@@ -8,7 +8,7 @@ from spanuq.evaluate.predict import calibrate, select_spans, snap_token_span
 @pytest.fixture(scope="module")
 def tok():
     from spanuq.config import load_config
-    from spanuq.llm import load_tokenizer
+    from spanuq.llm.loading import load_tokenizer
 
     return load_tokenizer(load_config(None))
 

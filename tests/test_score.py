@@ -71,7 +71,7 @@ def test_score_prompt_generates_with_llamacpp_then_one_teacher_forced_pass(score
 
 
 def test_hidden_states_captured_during_generation_equal_a_teacher_forced_pass(scorer):
-    from spanuq.score.states import generate_with_states, teacher_forced_items
+    from spanuq.llm.states import generate_with_states, teacher_forced_items
 
     chat, _ = scorer._chat("Name a planet.")
     g = generate_with_states(scorer.model, scorer.tok, chat, scorer.layers, 6, torch.float32)

@@ -9,7 +9,7 @@ import pytest
 from spanuq.evaluate.predict import predict_examples
 from spanuq.evaluate.scoring import all_span_scores
 from spanuq.model import load_checkpoint, save_checkpoint
-from spanuq.train import calibrate_on_dev, dev_score, evaluate_model, train_probe
+from spanuq.train.stage import calibrate_on_dev, dev_score, evaluate_model, train_probe
 from test_probe import TINY, synthetic_examples
 
 
@@ -89,7 +89,7 @@ def test_threshold_and_temperature_are_fitted_on_dev_stored_and_applied_by_defau
 def test_a_temperature_is_kept_only_when_it_helps_held_out_dev_answers():
     from scipy.special import expit, logit
 
-    from spanuq.train import cross_validated_temperature
+    from spanuq.train.stage import cross_validated_temperature
 
     rng = np.random.default_rng(0)
     p = [rng.uniform(0.05, 0.95, 6) for _ in range(40)]  # 40 answers of 6 spans

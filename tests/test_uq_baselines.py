@@ -236,7 +236,7 @@ def claims_context():
 @pytest.fixture(scope="module")
 def asker(make_cfg_module):
     from spanuq.baselines.backbone import BackboneAsker
-    from spanuq.llm import load_backbone
+    from spanuq.llm.loading import load_backbone
 
     cfg = make_cfg_module()
     model, tok = load_backbone(cfg)

@@ -58,7 +58,7 @@ class HFNLI:
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from ..llm import resolve_device
+        from ..llm.loading import resolve_device
 
         self.device = resolve_device(device)
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_id)

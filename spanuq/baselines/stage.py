@@ -31,8 +31,8 @@ from ..evaluate.detection import detection_metrics
 from ..evaluate.metrics import defined, sequence_metrics, undefined
 from ..evaluate.scoring import oracle_span_metrics
 from ..features.dataset import ResponseExample, load_examples
-from ..io import write_json
-from ..paths import StagePaths
+from ..pipeline.files import write_json
+from ..pipeline.paths import StagePaths
 from .base import make_baseline
 from .context import AnswerContext
 
@@ -57,14 +57,14 @@ class Shared:
 
     def backbone(self):
         if self._backbone is None:
-            from ..llm import load_backbone
+            from ..llm.loading import load_backbone
 
             self._backbone = load_backbone(self.cfg)
         return self._backbone
 
     def asker(self):
         if self._asker is None:
-            from ..llm import load_backbone
+            from ..llm.loading import load_backbone
             from .backbone import BackboneAsker, asker_config
 
             acfg = asker_config(self.cfg)
@@ -82,7 +82,7 @@ class Shared:
 
     def tokenizer(self):
         if self._tok is None:
-            from ..llm import load_tokenizer
+            from ..llm.loading import load_tokenizer
 
             self._tok = load_tokenizer(self.cfg)
         return self._tok
@@ -215,7 +215,7 @@ def run_baselines(cfg: Config, progress: bool = True) -> Path:
     from ..evaluate.predict import predict_examples
     from ..evaluate.scoring import all_span_scores
     from ..evaluate.table import format_table
-    from ..llm import resolve_device
+    from ..llm.loading import resolve_device
     from ..model import load_checkpoint
     from .cost import time_decoding, time_spanuq
     from .mlp_probe import MLPProbe

@@ -27,10 +27,10 @@ import torch
 
 from ..config import Config
 from ..features.dataset import ResponseExample, load_examples
-from ..io import write_json
-from ..llm import resolve_device
+from ..pipeline.files import write_json
+from ..llm.loading import resolve_device
 from ..model import load_checkpoint
-from ..paths import StagePaths
+from ..pipeline.paths import StagePaths
 from .ece import fit_temperature
 from .plots import reliability_plot, roc_plot, scatter_plot
 from .predict import predict_examples
@@ -86,7 +86,7 @@ def draw_examples(test: list[ResponseExample], preds: list[dict], cfg: Config, p
     path's kept, de-duplicated, word-snapped spans) coloured by û above the labelled spans
     coloured by u* (the README picture)."""
     from ..label.targets import token_offsets, token_span_to_chars
-    from ..render import to_png
+    from ..score.views import to_png
 
     order = sorted(range(len(test)), key=lambda i: (-len(test[i].u), test[i].prompt_id))
     items = []
@@ -111,8 +111,8 @@ def draw_examples(test: list[ResponseExample], preds: list[dict], cfg: Config, p
 
 def run_evaluate(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: metrics.json + plots/eval/ + an MLflow run; prints the table."""
-    from .. import tracking
-    from ..llm import load_tokenizer
+    from ..pipeline import tracking
+    from ..llm.loading import load_tokenizer
 
     paths = StagePaths.from_config(cfg)
     torch.set_num_threads(cfg.train.num_threads or os.cpu_count() or 1)

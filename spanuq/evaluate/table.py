@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..io import read_json
+from ..pipeline.files import read_json
 from .metrics import metric_value
 
 # headline span metrics are over every labelled span; "matched" columns only over the
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(args[0])
     else:
         from ..config import load_config
-        from ..paths import StagePaths
+        from ..pipeline.paths import StagePaths
 
         path = StagePaths.from_config(load_config()).metrics
     if not path.exists():

@@ -79,8 +79,8 @@ def load_examples(features_dir, labels_path, splits: tuple[str, ...] | None = No
     "no span here".  ``meta["unplaced"]`` counts an answer's claims that could not be
     placed on tokens (training leaves such answers out).
     """
-    from ..io import read_records
-    from ..records import LabeledResponse
+    from ..pipeline.files import read_records
+    from ..pipeline.records import LabeledResponse
     from .store import FeatureStore
 
     store = FeatureStore(features_dir)

@@ -21,13 +21,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from ..backbones import get_preset
-from ..cache import content_hash
+from ..llm.presets import get_preset
+from ..pipeline.cache import content_hash
 from ..config import Config
-from ..io import read_records, write_json
-from ..llm import load_backbone
-from ..paths import StagePaths
-from ..records import Generation
+from ..pipeline.files import read_records, write_json
+from ..llm.loading import load_backbone
+from ..pipeline.paths import StagePaths
+from ..pipeline.records import Generation
 from .store import FeatureItem, ShardWriter
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from ..io import write_json
+from ..pipeline.files import write_json
 
 FEATURE_SCHEMA_VERSION = 1
 

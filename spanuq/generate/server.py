@@ -9,7 +9,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from ..config import Config
-from ..openai_client import OpenAIClient
+from ..llm.openai_client import OpenAIClient
 from .base import Completion
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import bm25s
 
-from ..io import iter_jsonl, read_json, write_json
+from ..pipeline.files import iter_jsonl, read_json, write_json
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ are both kept (they are two claims).
 """
 from __future__ import annotations
 
-from ..records import Claim, SpanTarget
+from ..pipeline.records import Claim, SpanTarget
 
 
 def token_offsets(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from ..config import Config
-from ..io import read_json
-from ..paths import StagePaths
+from ..pipeline.files import read_json
+from ..pipeline.paths import StagePaths
 from .render import write_report
 from .tables import (METHODS, ablation_table, cost_table, detection_table, display_name, method_rows,
                      per_domain_table, sequence_table, span_table)
@@ -70,7 +70,7 @@ def run_report(cfg: Config, progress: bool = True) -> Path:
     figs = figures(scores, rows, out_dir, cfg.evaluate.positive_threshold, cfg.evaluate.ece_bins)
     md, page = write_report(out_dir, f"{cfg.report.title}: {cfg.backbone.name}", intro, tables, figs)
     if cfg.report.log_mlflow:
-        from .. import tracking
+        from ..pipeline import tracking
 
         with tracking.start_run(cfg, run_name=f"report-{cfg.backbone.name}", tags={"stage": "report"}):
             tracking.log_artifacts(str(out_dir), "report")

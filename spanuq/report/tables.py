@@ -187,7 +187,7 @@ def per_domain_table(scores: dict, positive_threshold: float = 0.5) -> Table:
 def ablation_table(ablation_dir: Path) -> Table | None:
     """The rows of ``spanuq ablate`` (``ablation/ablation.json``), when it has run: each row's
     switches trained on the same split and scored as the evaluate stage scores."""
-    from ..ablate import COLUMNS
+    from ..train.ablate import COLUMNS
 
     f = Path(ablation_dir) / "ablation.json"
     if not f.is_file():

@@ -1,5 +1,6 @@
 """Scoring answers with a trained probe: the `SpanUQ` API (scorer.py), its result schema
-(schema.py), hidden states for an answer (states.py) and the CLI (cli.py).
+(schema.py), the HTTP service (service.py), the MLflow model (mlflow_model.py), the views of
+scored spans (views.py, web/) and the `spanuq score` / `spanuq serve` commands (commands.py).
 
 Names are imported on first use, so `spanuq --help` and the light stages do not load torch.
 """

@@ -30,7 +30,7 @@ from ..features.store import FeatureItem
 from ..label.targets import token_offsets, token_span_to_chars
 from ..model import load_checkpoint
 from .schema import ScoredSpan, ScoreRequest, ScoreResult, Timings
-from .states import generate_with_states, teacher_forced_items
+from ..llm.states import generate_with_states, teacher_forced_items
 
 log = logging.getLogger(__name__)
 LLAMACPP_CTX = 4096  # the managed llama.cpp server's context (prompt + generated tokens)
@@ -54,7 +54,7 @@ def resolve_checkpoint(source: str | Path | None, cfg: Config) -> Path:
     """A probe folder from a path, an MLflow model URI (``models:/spanuq-<backbone>@champion``,
     ``runs:/<id>/probe``) or, with None, the pipeline's ``data/<backbone>/probe``."""
     if source is None:
-        from ..paths import StagePaths
+        from ..pipeline.paths import StagePaths
 
         path = StagePaths.from_config(cfg).probe
         if not (path / "config.json").exists():
@@ -66,7 +66,7 @@ def resolve_checkpoint(source: str | Path | None, cfg: Config) -> Path:
         import mlflow
         import yaml
 
-        from ..tracking import tracking_uri
+        from ..pipeline.tracking import tracking_uri
 
         mlflow.set_tracking_uri(tracking_uri(cfg))
         mlflow.set_registry_uri(tracking_uri(cfg))
@@ -108,8 +108,8 @@ class SpanUQ:
              params: str | Path | None = "params.yaml", generator: str | None = None,
              threshold: float | None = None, device: str = "cpu") -> "SpanUQ":
         """From a checkpoint folder, an MLflow model URI, or (None) the pipeline's probe."""
-        from ..backbones import get_preset
-        from ..llm import load_backbone
+        from ..llm.presets import get_preset
+        from ..llm.loading import load_backbone
 
         if cfg is None:
             cfg = load_config(params if params and Path(params).exists() else None)
@@ -159,7 +159,7 @@ class SpanUQ:
                                  f"{s.max_response_chars:,} (score.max_response_chars)", 413)
 
     def _chat(self, prompt: str) -> tuple[str, int]:
-        from ..llm import chat_prompt
+        from ..llm.loading import chat_prompt
 
         chat = chat_prompt(self.tok, prompt, self.system_prompt)
         return chat, len(self.tok(chat, add_special_tokens=False)["input_ids"])
@@ -179,9 +179,9 @@ class SpanUQ:
             self.close()
         try:
             if self._server is None:
-                from ..backbones import get_preset
-                from ..llamacpp import LlamaCppServer
-                from ..llm import gguf_path
+                from ..llm.presets import get_preset
+                from ..llm.llamacpp import LlamaCppServer
+                from ..llm.loading import gguf_path
 
                 self._server = LlamaCppServer(gguf_path(get_preset(self.backbone_name)), n_ctx=LLAMACPP_CTX,
                                               n_threads=self.cfg.score.server_threads).start()

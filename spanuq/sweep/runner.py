@@ -28,8 +28,8 @@ import optuna
 from optuna.trial import TrialState
 
 from ..config import Config, load_config
-from ..io import write_json
-from ..paths import StagePaths
+from ..pipeline.files import write_json
+from ..pipeline.paths import StagePaths
 from .slots import hold_slot, node_name, visible_slots
 from .spec import SweepSpec, encode, load_spec
 from .study import PARENT_RUN_ATTR, claim_trial, enqueue_grid, open_study, trial_by_id, unfinished
@@ -68,7 +68,7 @@ class Sweep:
 
 def prepare(sw: Sweep, progress: bool = False) -> str:
     """Create (or reopen) the study, queue the grid, extract missing layer sets; returns the parent run id."""
-    from .. import tracking
+    from ..pipeline import tracking
     from .trial import ensure_features, trial_config
 
     study = sw.study()
@@ -158,7 +158,7 @@ def run_one(sw: Sweep, parent_run_id: str | None, device: str, study=None) -> st
 def _fail_run(sw: Sweep, run_id: str, error: str) -> None:
     from mlflow import MlflowClient
 
-    from .. import tracking
+    from ..pipeline import tracking
 
     tracking._setup(sw.base_config)
     client = MlflowClient()
@@ -241,7 +241,7 @@ def finish(sw: Sweep, parent_run_id: str) -> dict[str, Any]:
     """Write the robustness table, register the best trial's probe, close the parent run."""
     import mlflow
 
-    from .. import tracking
+    from ..pipeline import tracking
     from .trial import trial_config
 
     study = sw.study()

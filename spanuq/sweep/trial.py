@@ -5,9 +5,9 @@ it holds), so a crash, a NaN loss or an out-of-memory kill ends this trial only.
 
 1. opens trial ``--trial-id`` of the study and reads its configuration (Optuna's
    ``suggest_categorical`` over the sweep's space: queued params come back as queued);
-2. trains with `spanuq.train.train_probe` on the backbone's extracted features, reporting
+2. trains with `spanuq.train.stage.train_probe` on the backbone's extracted features, reporting
    the dev span AUROC of every epoch to Optuna, which may prune the trial;
-3. evaluates the best epoch on dev and test with `spanuq.train.evaluate_model` (the span
+3. evaluates the best epoch on dev and test with `spanuq.train.stage.evaluate_model` (the span
    metrics over every labelled span), saves the checkpoint (safetensors) and logs it all
    to an MLflow run nested under the sweep's parent run;
 4. tells Optuna the dev AUROC (COMPLETE), PRUNED, or FAIL with the error.
@@ -26,7 +26,7 @@ from typing import Any
 
 from ..config import Config, load_config
 from ..features.extract import fused_layers
-from ..paths import StagePaths
+from ..pipeline.paths import StagePaths
 from .spec import SweepSpec, load_spec, trial_overrides
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def trial_config(spec: SweepSpec, params: dict[str, Any], overrides: list[str] =
 
 
 def _numbers(prefix: str, metrics: dict) -> dict[str, float]:
-    from ..tracking import flatten
+    from ..pipeline.tracking import flatten
 
     return {f"{prefix}.{k}": v for k, v in flatten(metrics).items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
@@ -87,11 +87,11 @@ def run_trial(spec: SweepSpec, storage_url: str, trial_id: int, out_dir: Path,
     import optuna
     import torch
 
-    from .. import tracking
+    from ..pipeline import tracking
     from ..features.dataset import load_examples, training_examples
-    from ..llm import resolve_device
+    from ..llm.loading import resolve_device
     from ..model import save_checkpoint
-    from ..train import evaluate_model, train_probe
+    from ..train.stage import evaluate_model, train_probe
     from .slots import node_name, visible_slots
     from .study import open_study
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .io import atomic_write_text
+from .files import atomic_write_text
 
 
 def content_hash(obj: Any) -> str:

@@ -1,6 +1,6 @@
 """MLflow "models from code" definition of the SpanUQ probe as a pyfunc model.
 
-`spanuq.tracking.log_probe` passes this file (not a pickled object) to
+`spanuq.pipeline.tracking.log_probe` passes this file (not a pickled object) to
 ``mlflow.pyfunc.log_model(python_model=<this file>, artifacts={"checkpoint": <probe dir>})``.
 MLflow copies the file and the checkpoint folder (``model.safetensors`` + ``config.json``)
 into the model; loading executes this file and ``load_context`` reads the weights with

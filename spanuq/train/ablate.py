@@ -20,11 +20,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .config import Config
-from .features.dataset import load_examples, training_examples
-from .io import read_json, write_json
-from .llm import load_tokenizer, resolve_device
-from .paths import StagePaths
+from ..config import Config
+from ..features.dataset import load_examples, training_examples
+from ..pipeline.files import read_json, write_json
+from ..llm.loading import load_tokenizer, resolve_device
+from ..pipeline.paths import StagePaths
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def ablate_rows(cfg: Config, rows, train: list, dev: list, test: list, progress:
     threshold for F1, guarded temperature) and score it on ``test`` as the evaluate stage does
     (word-snapped spans with ``tokenizer``); one result dict per row.  Rows found in ``done``
     with the same overrides are kept, not retrained (a resumed run)."""
-    from .train import calibrate_on_dev, evaluate_model, train_probe
+    from .stage import calibrate_on_dev, evaluate_model, train_probe
 
     key = lambda name, overrides: (name, repr(sorted(overrides.items())))  # noqa: E731
     finished = {key(r["name"], r["set"]): r for r in done or []}

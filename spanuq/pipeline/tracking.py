@@ -8,7 +8,7 @@
   whole resolved config as ``config.json``.
 * ``log_metrics(metrics, step)`` / ``log_artifacts(path, artifact_path)``.
 * ``log_probe(probe_dir, cfg, dev_auroc)`` — logs the checkpoint as an MLflow pyfunc model
-  ("models from code": ``spanuq/mlflow_model.py`` + the safetensors folder, nothing
+  ("models from code": ``spanuq/score/mlflow_model.py`` + the safetensors folder, nothing
   pickled), registers it as ``spanuq-<backbone>`` and moves the alias ``champion`` to the
   new version only if its dev AUROC beats the current champion's (`promote_if_better`).
 
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from .config import Config
+from ..config import Config
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def log_probe(probe_dir: str | Path, cfg: Config, dev_auroc: float | None) -> di
     import mlflow
     from mlflow import MlflowClient
 
-    code = Path(__file__).with_name("mlflow_model.py")
+    code = Path(__file__).parents[1] / "score" / "mlflow_model.py"
     with warnings.catch_warnings():  # "add type hints to predict": the input contract is in mlflow_model.py
         warnings.filterwarnings("ignore", message=".*type hints.*")
         info = mlflow.pyfunc.log_model(

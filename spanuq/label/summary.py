@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..records import LabeledResponse
+from ..pipeline.records import LabeledResponse
 
 HIST_BINS = 10
 

@@ -30,7 +30,7 @@ propagates: the stage stops, with everything labelled so far cached.
 from __future__ import annotations
 
 from ..config import LabelConfig
-from ..records import Claim, Generation, Prompt
+from ..pipeline.records import Claim, Generation, Prompt
 from .align import Aligner
 from .decompose import DECOMPOSE, DecomposeResult, Decomposition, anchor_claims, claim_texts
 from .judge import Judge, JudgeFailure

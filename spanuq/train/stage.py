@@ -29,16 +29,16 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .config import Config
-from .evaluate.ece import fit_temperature
-from .evaluate.predict import predict_examples, select_spans
-from .evaluate.scoring import all_span_scores, evaluate_predictions
-from .features.dataset import ResponseExample, collate, load_examples, training_examples
-from .features.extract import fused_layers
-from .io import write_json
-from .llm import resolve_device
-from .model import HungarianMatcher, SetCriterion, SpanUQProbe, save_checkpoint
-from .paths import StagePaths
+from ..config import Config
+from ..evaluate.ece import fit_temperature
+from ..evaluate.predict import predict_examples, select_spans
+from ..evaluate.scoring import all_span_scores, evaluate_predictions
+from ..features.dataset import ResponseExample, collate, load_examples, training_examples
+from ..features.extract import fused_layers
+from ..pipeline.files import write_json
+from ..llm.loading import resolve_device
+from ..model import HungarianMatcher, SetCriterion, SpanUQProbe, save_checkpoint
+from ..pipeline.paths import StagePaths
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def cross_validated_temperature(u_true: list[np.ndarray], u_raw: list[np.ndarray
     folds; T is fitted on the others and the soft-label NLL of each held-out fold is
     compared with T = 1.  T is kept only when the held-out NLL improves; else 1.
     """
-    from .evaluate.ece import apply_temperature, soft_bce
+    from ..evaluate.ece import apply_temperature, soft_bce
 
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
     y, s = cat(u_true), cat(u_raw)
@@ -118,7 +118,7 @@ def calibrate_on_dev(model, dev: list[ResponseExample], cfg: Config, device, tok
     """Choose the validity threshold (best dev detection F1 over ``evaluate.threshold_grid``;
     ties go to the threshold nearest 0.5) and fit the temperature of û on every labelled dev
     span (`cross_validated_temperature`); both are set on ``model`` and returned for the checkpoint."""
-    from .evaluate.detection import detection_metrics
+    from ..evaluate.detection import detection_metrics
 
     ec = cfg.evaluate
     model.temperature, model.validity_threshold = 1.0, ec.validity_threshold
@@ -220,9 +220,9 @@ def _value(v):
 
 def run_train(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: labels + features → probe checkpoint, report, MLflow run."""
-    from . import tracking
+    from ..pipeline import tracking
 
-    from .llm import load_tokenizer
+    from ..llm.loading import load_tokenizer
 
     paths = StagePaths.from_config(cfg)
     # answers whose claims could not all be placed on tokens are left out of training:

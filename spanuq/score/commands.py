@@ -68,7 +68,7 @@ def use_colour(mode: str, stream=sys.stdout) -> bool:
 
 
 def run_score(args, cfg) -> int:
-    from ..render import html_page, terminal_view
+    from .views import html_page, terminal_view
 
     if args.file:
         return _score_file(args, cfg)
@@ -137,7 +137,7 @@ def _score_file(args, cfg) -> int:
 
 
 def run_serve(args, cfg) -> int:
-    from ..serve import serve
+    from .service import serve
 
     host, port = args.host or cfg.score.host, args.port or cfg.score.port
     uq = _load(args, cfg)

@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Config
+from ..config import Config
 
 
 @dataclass(frozen=True)

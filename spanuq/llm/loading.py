@@ -14,8 +14,8 @@ import shutil
 from functools import lru_cache
 from pathlib import Path
 
-from .backbones import BackbonePreset, get_preset
-from .config import Config
+from .presets import BackbonePreset, get_preset
+from ..config import Config
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def _load_tokenizer(source: str):
 
 
 def load_tokenizer(cfg: Config):
-    from .paths import models_dir
+    from ..pipeline.paths import models_dir
 
     return _load_tokenizer(model_source(get_preset(cfg.backbone.name), models_dir(cfg)))
 
@@ -105,7 +105,7 @@ def load_backbone(cfg: Config):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from .paths import models_dir
+    from ..pipeline.paths import models_dir
 
     preset = get_preset(cfg.backbone.name)
     source = model_source(preset, models_dir(cfg))

@@ -2,7 +2,7 @@
 
     POST /score          {"prompt": ..., "response"?: ...}  -> ScoreResult (docs/score.schema.json)
     POST /score/batch    {"items": [...]}                    -> {"results": [ScoreResult | {"status", "error"}]}
-    POST /render         ScoreResult                         -> {"html": ...} (spanuq.render, for the page)
+    POST /render         ScoreResult                         -> {"html": ...} (spanuq.score.views, for the page)
     GET  /health, GET / (the web page), GET /docs (OpenAPI)
 
 One model instance: every request goes into a bounded queue that a single worker
@@ -28,9 +28,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
-from .config import ScoreConfig
-from .score.schema import BatchRequest, BatchResponse, ItemError, ScoreRequest, ScoreResult
-from .score.scorer import GenerationError, InputError, SpanUQ
+from ..config import ScoreConfig
+from .schema import BatchRequest, BatchResponse, ItemError, ScoreRequest, ScoreResult
+from .scorer import GenerationError, InputError, SpanUQ
 
 log = logging.getLogger(__name__)
 WEB = Path(__file__).with_name("web")
@@ -189,7 +189,7 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
 
     @app.post("/render", openapi_extra=_openapi(ScoreResult), responses={400: {}, 413: {}, 422: {}})
     async def render(request: Request):
-        from .render import fragment
+        from .views import fragment
 
         result = _validate(ScoreResult, await _json_body(request, 4 * scfg.max_body_bytes))
         return {"html": fragment(result)}

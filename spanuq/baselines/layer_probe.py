@@ -15,15 +15,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..backbones import get_preset
-from ..baselines.mlp_probe import pool_span_features, predict_span_mlp, train_span_mlp
+from ..llm.presets import get_preset
+from .mlp_probe import pool_span_features, predict_span_mlp, train_span_mlp
 from ..config import Config
 from ..features.extract import teacher_forced
-from ..io import read_records, write_json
-from ..llm import load_backbone
-from ..paths import StagePaths
-from ..records import Generation, LabeledResponse
-from .metrics import span_metrics
+from ..pipeline.files import read_records, write_json
+from ..llm.loading import load_backbone
+from ..pipeline.paths import StagePaths
+from ..pipeline.records import Generation, LabeledResponse
+from ..evaluate.metrics import span_metrics
 
 
 def collect_layer_features(cfg: Config, records: list[LabeledResponse], gens: dict[str, Generation],
