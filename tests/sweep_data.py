@@ -12,7 +12,8 @@ import torch
 import yaml
 
 from spanuq.llm.presets import get_preset
-from spanuq.features.store import FeatureItem, ShardWriter
+from spanuq.features.store import ShardWriter
+from spanuq.llm.states import FeatureItem
 from spanuq.pipeline.files import write_jsonl
 from spanuq.pipeline.records import LabeledResponse, SpanTarget
 from test_probe import synthetic_examples

@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from spanuq.features.extract import extract_batch, teacher_forced, token_entropy
-from spanuq.features.store import FeatureItem, FeatureStore, ShardWriter
+from spanuq.features.store import FeatureStore, ShardWriter
+from spanuq.llm.states import FeatureItem, extract_batch, teacher_forced, token_entropy
 from spanuq.llm.loading import chat_prompt, response_token_ids
 
 

@@ -71,17 +71,17 @@ def test_score_prompt_generates_with_llamacpp_then_one_teacher_forced_pass(score
 
 
 def test_hidden_states_captured_during_generation_equal_a_teacher_forced_pass(scorer):
-    from spanuq.llm.states import generate_with_states, teacher_forced_items
+    from spanuq.llm.states import extract_batch, generate_with_states
 
     chat, _ = scorer._chat("Name a planet.")
     g = generate_with_states(scorer.model, scorer.tok, chat, scorer.layers, 6, torch.float32)
     assert g.item is not None and g.truncated and len(g.token_ids) == 6
-    tf = teacher_forced_items(scorer.model, scorer.tok, [chat], [g.token_ids], scorer.layers, torch.float32)[0]
+    tf = extract_batch(scorer.model, scorer.tok, [chat], [g.token_ids], scorer.layers, torch.float32)[0]
     assert torch.allclose(g.item.h, tf.h, atol=1e-3, rtol=1e-3)
     assert torch.allclose(g.item.entropy, tf.entropy, atol=1e-3)
     cut = generate_with_states(scorer.model, scorer.tok, chat, scorer.layers, 24, torch.float32, stop=[" "])
     assert not cut.truncated and " " not in cut.text and cut.item is not None  # a stop string ends the answer
-    tf = teacher_forced_items(scorer.model, scorer.tok, [chat], [cut.token_ids], scorer.layers, torch.float32)[0]
+    tf = extract_batch(scorer.model, scorer.tok, [chat], [cut.token_ids], scorer.layers, torch.float32)[0]
     assert cut.item.h.shape[0] == len(cut.token_ids) and torch.allclose(cut.item.h, tf.h, atol=1e-3, rtol=1e-3)
     scorer.generator = "hf"
     try:

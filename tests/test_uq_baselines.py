@@ -17,7 +17,7 @@ from spanuq.baselines.sampling import (discrete_entropy, eigen_score, kle, selfc
 # ---------------------------------------------------------------- single pass
 
 def test_entropy_of_a_one_hot_distribution_is_zero_and_of_a_uniform_one_is_log_v():
-    from spanuq.features.extract import token_entropy
+    from spanuq.llm.states import token_entropy
 
     logits = torch.full((2, 50), -1e4)
     logits[0, 7] = 0.0  # one-hot

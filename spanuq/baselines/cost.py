@@ -29,7 +29,8 @@ def time_spanuq(cfg: Config, backbone, tokenizer, probe, examples: list[Response
                 infos: list[AnswerInfo], device) -> dict:
     """Per answer: one teacher-forced extraction pass + one probe pass (batch 1)."""
     from ..evaluate.predict import predict_examples
-    from ..features.extract import extract_batch, fused_layers
+    from ..llm.presets import fused_layers
+    from ..llm.states import extract_batch
 
     layers = fused_layers(cfg)
     dtype = getattr(torch, cfg.extract.dtype)

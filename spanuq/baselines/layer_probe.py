@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from ..llm.presets import get_preset
 from .mlp_probe import pool_span_features, predict_span_mlp, train_span_mlp
 from ..config import Config
-from ..features.extract import teacher_forced
+from ..llm.states import teacher_forced
 from ..pipeline.files import read_records, write_json
 from ..llm.loading import load_backbone
 from ..pipeline.paths import StagePaths

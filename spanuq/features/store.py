@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from ..llm.states import FeatureItem
 from ..pipeline.files import write_json
 
 FEATURE_SCHEMA_VERSION = 1
@@ -31,13 +31,6 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-@dataclass
-class FeatureItem:
-    h: torch.Tensor  # (T, d)
-    entropy: torch.Tensor  # (T,)
-    token_ids: torch.Tensor  # (T,) int32
 
 
 class ShardWriter:

@@ -7,6 +7,10 @@ the output of decoder block ``l`` (1-based), so ``n_layers`` is the last block.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 
 @dataclass(frozen=True)
@@ -50,3 +54,8 @@ def get_preset(name: str) -> BackbonePreset:
     if name in PRESETS:
         return PRESETS[name]
     raise KeyError(f"unknown backbone {name!r}; known: {sorted(PRESETS)}")
+
+
+def fused_layers(cfg: Config) -> list[int]:
+    """The layers whose mean the probe reads: ``backbone.layers``, else the preset's."""
+    return list(cfg.backbone.layers or get_preset(cfg.backbone.name).layers)

@@ -26,11 +26,10 @@ from tqdm.auto import tqdm
 from ..config import Config, load_config
 from ..evaluate.predict import calibration, predict_examples
 from ..features.dataset import ResponseExample
-from ..features.store import FeatureItem
 from ..label.targets import token_offsets, token_span_to_chars
 from ..model import load_checkpoint
 from .schema import ScoredSpan, ScoreRequest, ScoreResult, Timings
-from ..llm.states import generate_with_states, teacher_forced_items
+from ..llm.states import FeatureItem, extract_batch, generate_with_states
 
 log = logging.getLogger(__name__)
 LLAMACPP_CTX = 4096  # the managed llama.cpp server's context (prompt + generated tokens)
@@ -252,7 +251,7 @@ class SpanUQ:
         for s in range(0, len(todo), bs):  # 2. teacher-forced passes
             batch = todo[s: s + bs]
             t0 = time.perf_counter()
-            feats = teacher_forced_items(self.model, self.tok, [state[i]["chat"] for i in batch],
+            feats = extract_batch(self.model, self.tok, [state[i]["chat"] for i in batch],
                                          [state[i]["ids"] for i in batch], self.layers, self.out_dtype)
             share = (time.perf_counter() - t0) / len(batch)
             for i, f in zip(batch, feats):

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config, load_config
-from ..features.extract import fused_layers
+from ..llm.presets import fused_layers
 from ..pipeline.paths import StagePaths
 from .spec import SweepSpec, load_spec, trial_overrides
 

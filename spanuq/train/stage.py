@@ -34,9 +34,9 @@ from ..evaluate.ece import fit_temperature
 from ..evaluate.predict import predict_examples, select_spans
 from ..evaluate.scoring import all_span_scores, evaluate_predictions
 from ..features.dataset import ResponseExample, collate, load_examples, training_examples
-from ..features.extract import fused_layers
 from ..pipeline.files import write_json
 from ..llm.loading import resolve_device
+from ..llm.presets import fused_layers
 from ..model import HungarianMatcher, SetCriterion, SpanUQProbe, save_checkpoint
 from ..pipeline.paths import StagePaths
 
