@@ -14,7 +14,7 @@ STAGES: dict[str, str] = {
     "generate": "spanuq.generate.stage:run_generate",
     "index": "spanuq.label.stage:run_index",
     "label": "spanuq.label.stage:run_label",
-    "extract": "spanuq.features.extract:run_extract",
+    "extract": "spanuq.features.stage:run_extract",
     "train": "spanuq.train.stage:run_train",
     "evaluate": "spanuq.evaluate.stage:run_evaluate",
     "baselines": "spanuq.baselines.stage:run_baselines",
