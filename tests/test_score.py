@@ -94,7 +94,7 @@ def test_hidden_states_captured_during_generation_equal_a_teacher_forced_pass(sc
 def test_load_from_an_mlflow_model_uri(probe_dir, make_cfg):
     from safetensors.torch import load_file
 
-    from spanuq import tracking
+    from spanuq.pipeline import tracking
     from spanuq.score.scorer import resolve_checkpoint
 
     cfg = make_cfg()

@@ -5,7 +5,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from spanuq import tracking
+from spanuq.pipeline import tracking
 from spanuq.config import ProbeConfig
 from spanuq.model import SpanUQProbe, save_checkpoint
 
