@@ -22,7 +22,7 @@ from ..pipeline.files import read_records, write_json, write_jsonl
 from ..llm.loading import chat_prompt, load_tokenizer, response_token_ids
 from ..pipeline.paths import StagePaths
 from ..pipeline.records import Generation, Prompt, Sample
-from .base import Completion, Generator, make_generator
+from .base import Completion, Generator
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,24 @@ def decoding_settings(cfg: Config) -> dict:
         **({"sample_max_new_tokens": g.sample_max_new_tokens} if g.sample_max_new_tokens else {}),
         **({"stop": "|".join(g.stop)} if g.stop else {}),
     }
+
+
+def make_generator(cfg: Config) -> Generator:
+    """The backend named by ``generate.backend``, imported on first use (a backend imports only `base`)."""
+    kind = cfg.generate.backend
+    if kind == "hf":
+        from .hf import HFGenerator
+
+        return HFGenerator(cfg)
+    if kind == "server":
+        from .server import ServerGenerator
+
+        return ServerGenerator(cfg)
+    if kind == "vllm":
+        from .vllm import VLLMGenerator
+
+        return VLLMGenerator(cfg)
+    raise ValueError(f"unknown generate.backend {kind!r}")
 
 
 @contextmanager
