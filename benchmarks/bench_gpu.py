@@ -27,10 +27,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spanuq.llm.presets import get_preset  # noqa: E402
 from spanuq.config import LossConfig, ProbeConfig  # noqa: E402
+from spanuq.llm.presets import get_preset  # noqa: E402
 from spanuq.llm.states import feature_items, teacher_forced_ids  # noqa: E402
-from spanuq.model import HungarianMatcher, SetCriterion, SpanUQProbe  # noqa: E402
+from spanuq.model.losses import SetCriterion  # noqa: E402
+from spanuq.model.matcher import HungarianMatcher  # noqa: E402
+from spanuq.model.probe import SpanUQProbe  # noqa: E402
 
 # Architectures of the hub backbones (their published config.json), enough to build
 # them with random weights for timing.

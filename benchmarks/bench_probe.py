@@ -23,9 +23,10 @@ from pathlib import Path
 
 import torch
 
-from spanuq.llm.presets import get_preset
 from spanuq.config import LossConfig, ProbeConfig, load_config
-from spanuq.model import SetCriterion, SpanUQProbe
+from spanuq.llm.presets import get_preset
+from spanuq.model.losses import SetCriterion
+from spanuq.model.probe import SpanUQProbe
 
 # the paper's set decoder: every issue-9 switch off (ProbeConfig keeps the rest)
 PAPER_DECODER = {"seq_weighting": "paper", "query_selection": "learned", "refine": False, "dn_groups": 0}

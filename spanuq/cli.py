@@ -99,9 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "llama-server":
             import time
 
-            from .llm.presets import get_preset
             from .llm.llamacpp import LlamaCppServer
             from .llm.loading import gguf_path
+            from .llm.presets import get_preset
 
             with LlamaCppServer(gguf_path(get_preset(cfg.backbone.name)), port=args.port, host=args.host) as srv:
                 print(f"serving {cfg.backbone.name} at {srv.base_url} (Ctrl-C to stop)", flush=True)

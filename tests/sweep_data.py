@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from spanuq.llm.presets import get_preset
 from spanuq.features.store import ShardWriter
+from spanuq.llm.presets import get_preset
 from spanuq.llm.states import FeatureItem
 from spanuq.pipeline.files import write_jsonl
 from spanuq.pipeline.records import LabeledResponse, SpanTarget

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from spanuq.features.store import FeatureStore, ShardWriter
-from spanuq.llm.states import FeatureItem, extract_batch, teacher_forced, token_entropy
 from spanuq.llm.loading import chat_prompt, response_token_ids
+from spanuq.llm.states import FeatureItem, extract_batch, teacher_forced, token_entropy
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ import json
 import pytest
 
 from spanuq.generate.stage import generate_all, prompt_seed, run_generate
-from spanuq.pipeline.files import read_records, write_jsonl
 from spanuq.llm.openai_client import EndpointUnreachable
+from spanuq.pipeline.files import read_records, write_jsonl
 from spanuq.pipeline.records import Generation, Prompt
 
 PROMPTS = [

@@ -3,8 +3,9 @@ import json
 
 import pytest
 
+from spanuq.label.targets import char_span_to_tokens, span_targets
+from spanuq.llm.loading import token_offsets
 from spanuq.pipeline.files import read_records, write_jsonl
-from spanuq.label.targets import char_span_to_tokens, span_targets, token_offsets
 from spanuq.pipeline.paths import StagePaths
 from spanuq.pipeline.records import Claim, Generation, LabeledResponse, Prompt, Sample
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from spanuq.baselines.layer_probe import collect_layer_features, run_layer_probe
+from spanuq.llm.loading import chat_prompt, load_backbone, response_token_ids
 from spanuq.llm.states import extract_batch
 from spanuq.pipeline.files import write_jsonl
-from spanuq.llm.loading import chat_prompt, load_backbone, response_token_ids
 from spanuq.pipeline.paths import StagePaths
 from spanuq.pipeline.records import Generation, LabeledResponse, Sample, SpanTarget
 

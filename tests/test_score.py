@@ -5,7 +5,7 @@ import jsonschema
 import pytest
 import torch
 
-from spanuq.api import InputError, ScoreResult
+from spanuq import InputError, ScoreResult
 from spanuq.score.schema import json_schema
 
 ANSWERS = [
@@ -95,11 +95,12 @@ def test_load_from_an_mlflow_model_uri(probe_dir, make_cfg):
     from safetensors.torch import load_file
 
     from spanuq.pipeline import tracking
+    from spanuq.score.registry import log_probe
     from spanuq.score.scorer import resolve_checkpoint
 
     cfg = make_cfg()
     with tracking.start_run(cfg, "probe"):
-        tracking.log_probe(probe_dir, cfg, dev_auroc=0.7)
+        log_probe(probe_dir, cfg, dev_auroc=0.7)
     local = resolve_checkpoint("models:/spanuq-smollm2-135m@champion", cfg)
     assert json.loads((local / "config.json").read_text()) == json.loads((probe_dir / "config.json").read_text())
     a, b = load_file(str(local / "model.safetensors")), load_file(str(probe_dir / "model.safetensors"))

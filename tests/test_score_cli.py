@@ -6,8 +6,8 @@ import jsonschema
 import pytest
 
 from spanuq.cli import main
-from spanuq.score.views import terminal_view
 from spanuq.score.schema import json_schema
+from spanuq.score.views import terminal_view
 
 ANSWER = "\n Marie Curie (1867–1934) won the Nobel Prize in Physics in 1903 and in Chemistry in 1911."
 

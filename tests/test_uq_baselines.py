@@ -169,8 +169,8 @@ def test_selfcheck_on_identical_samples_gives_zero_inconsistency(stand_in):
 
 
 def test_semantic_entropy_with_the_stand_in_on_real_answers(stand_in):
-    from spanuq.baselines.sampling import nli_matrix
     from spanuq.baselines.nli import ENTAIL
+    from spanuq.baselines.sampling import nli_matrix
 
     same = ["The Treaty of Versailles was signed in 1919."] * 4
     assert discrete_entropy(semantic_clusters(nli_matrix(same, stand_in)[..., ENTAIL])) == 0.0

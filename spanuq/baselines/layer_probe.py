@@ -15,15 +15,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..llm.presets import get_preset
-from .mlp_probe import pool_span_features, predict_span_mlp, train_span_mlp
 from ..config import Config
+from ..evaluate.metrics import metric_value, span_metrics
+from ..llm.loading import load_backbone
+from ..llm.presets import get_preset
 from ..llm.states import teacher_forced
 from ..pipeline.files import read_records, write_json
-from ..llm.loading import load_backbone
 from ..pipeline.paths import StagePaths
 from ..pipeline.records import Generation, LabeledResponse
-from ..evaluate.metrics import span_metrics
+from .mlp_probe import pool_span_features, predict_span_mlp, train_span_mlp
 
 
 def collect_layer_features(cfg: Config, records: list[LabeledResponse], gens: dict[str, Generation],
@@ -63,8 +63,8 @@ def run_layer_probe(cfg: Config, layers: list[int] | None = None, out_dir: str |
     for l in tqdm(layers, desc="layer probes", disable=not progress):
         model = train_span_mlp(ftr[l], ytr, seed=cfg.train.seed, groups=gtr)
         m = span_metrics(yte, predict_span_mlp(model, fte[l]), cfg.evaluate.positive_threshold)
-        rows.append({"layer": l, "auroc": _v(m.get("auroc")), "spearman": _v(m.get("spearman")),
-                     "mae": _v(m.get("mae")), "n_train_spans": len(ytr), "n_test_spans": len(yte)})
+        rows.append({"layer": l, "auroc": metric_value(m, "auroc"), "spearman": metric_value(m, "spearman"),
+                     "mae": metric_value(m, "mae"), "n_train_spans": len(ytr), "n_test_spans": len(yte)})
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "layer_auroc.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -80,10 +80,6 @@ def run_layer_probe(cfg: Config, layers: list[int] | None = None, out_dir: str |
     if best:
         print(f"best single layer: {best['layer']} (AUROC {best['auroc']:.3f}); wrote {out}")
     return {"rows": rows, "best": best}
-
-
-def _v(x):
-    return x.get("value") if isinstance(x, dict) else x
 
 
 def _plot(rows: list[dict], path: Path, backbone: str) -> None:

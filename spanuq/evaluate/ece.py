@@ -12,7 +12,7 @@ prediction ``û`` (bin ``k`` = ``[k/B, (k+1)/B)``, the last one closed)::
 
 Temperature scaling
 -------------------
-``û_T = σ(logit(û) / T)``; ``T`` is fitted on dev by minimising the soft-label
+``û_T = σ(logit(û) / T)`` (`spanuq.model.calibration.apply_temperature`); ``T`` is fitted on dev by minimising the soft-label
 binary cross-entropy ``−mean[u* log û_T + (1 − u*) log(1 − û_T)]`` (the paper's
 "ECE_cal" is the ECE of ``û_T`` on test).  ``T > 1`` softens over-confident
 predictions towards 0.5, ``T < 1`` sharpens them; ``T = 1`` is the identity.
@@ -23,23 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.optimize import minimize_scalar
-from scipy.special import expit, log_expit, logit
+from scipy.special import log_expit
+
+from ..model.calibration import clipped_logit, unit_interval
 
 T_BOUNDS = (0.05, 20.0)
-_EPS = 1e-6  # û is clipped to [eps, 1 − eps] before the logit so that û ∈ {0, 1} stays finite
-
-
-def _as_unit_interval(u_pred, name: str = "u_pred") -> np.ndarray:
-    u = np.asarray(u_pred, dtype=np.float64).ravel()
-    if not np.all(np.isfinite(u)):
-        raise ValueError(f"{name} has non-finite values")
-    if u.size and (u.min() < 0.0 or u.max() > 1.0):
-        raise ValueError(f"{name} must lie in [0, 1] (min {u.min():.4g}, max {u.max():.4g})")
-    return u
-
-
-def _logit(u_pred: np.ndarray) -> np.ndarray:
-    return logit(np.clip(u_pred, _EPS, 1.0 - _EPS))
 
 
 def expected_calibration_error(u_true, u_pred, n_bins: int = 10) -> float:
@@ -47,8 +35,8 @@ def expected_calibration_error(u_true, u_pred, n_bins: int = 10) -> float:
 
     Both arrays must lie in [0, 1] and be non-empty.
     """
-    y = _as_unit_interval(u_true, "u_true")
-    p = _as_unit_interval(u_pred, "u_pred")
+    y = unit_interval(u_true, "u_true")
+    p = unit_interval(u_pred, "u_pred")
     if y.shape != p.shape:
         raise ValueError(f"u_true {y.shape} and u_pred {p.shape} differ in length")
     if y.size == 0:
@@ -58,13 +46,6 @@ def expected_calibration_error(u_true, u_pred, n_bins: int = 10) -> float:
     bins = np.minimum((p * n_bins).astype(np.int64), n_bins - 1)
     gap = np.bincount(bins, weights=p - y, minlength=n_bins)  # Σ_{i∈b} (û_i − u*_i)
     return float(np.abs(gap).sum() / y.size)
-
-
-def apply_temperature(u_pred, temperature: float) -> np.ndarray:
-    """``σ(logit(û) / T)`` elementwise (û clipped to [1e-6, 1 − 1e-6] first)."""
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    return expit(_logit(_as_unit_interval(u_pred)) / float(temperature))
 
 
 def soft_bce(u_true, u_pred_logits) -> float:
@@ -79,8 +60,8 @@ def fit_temperature(u_true, u_pred, bounds: tuple[float, float] = T_BOUNDS) -> f
 
     Fit this on dev and pass it to ``span_metrics(..., temperature=T)`` on test.
     """
-    y = _as_unit_interval(u_true, "u_true")
-    z = _logit(_as_unit_interval(u_pred))
+    y = unit_interval(u_true, "u_true")
+    z = clipped_logit(unit_interval(u_pred))
     if y.shape != z.shape:
         raise ValueError(f"u_true {y.shape} and u_pred {z.shape} differ in length")
     if y.size == 0:

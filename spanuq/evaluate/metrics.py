@@ -39,12 +39,8 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import mean_absolute_error, roc_auc_score
 
-from .ece import apply_temperature, expected_calibration_error, fit_temperature
-
-__all__ = [
-    "span_metrics", "sequence_metrics", "expected_calibration_error", "fit_temperature", "apply_temperature",
-    "metric_value", "defined", "undefined",
-]
+from ..model.calibration import apply_temperature
+from .ece import expected_calibration_error
 
 CI_LEVEL = 0.95
 _RANGE_TOL = 1e-6  # float round-off tolerated (and clipped) on [0, 1] scores; anything beyond is "outside"
@@ -71,21 +67,31 @@ def undefined(reason: str) -> dict:
     return {"value": None, "ci": None, "undefined": reason}
 
 
-def metric_value(m) -> float | None:
-    """The point value of a metric dict (or a plain number, or None)."""
-    return m.get("value") if isinstance(m, dict) else m
+def metric_at(tree, *path: str):
+    """``tree[path[0]][path[1]]…``, None where a step is missing (``metric_at(metrics, "span", "auroc")``)."""
+    for key in path:
+        tree = tree.get(key) if isinstance(tree, dict) else None
+    return tree
+
+
+def metric_value(m, *path: str) -> float | None:
+    """The point value of a metric: of ``m`` itself, or of `metric_at` ``(m, *path)``.  A metric
+    dict gives its ``value``, a plain number itself; a missing or non-finite metric gives None."""
+    m = metric_at(m, *path)
+    v = m.get("value") if isinstance(m, dict) else m
+    return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
 
 
 # ---------------------------------------------------------------- input checks
 
-def _to_numpy(x, dtype=np.float64) -> np.ndarray:
+def to_numpy(x, dtype=np.float64) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     return np.asarray(x, dtype=dtype)
 
 
 def _paired(u_true, u_pred) -> tuple[np.ndarray, np.ndarray]:
-    y, s = _to_numpy(u_true).ravel(), _to_numpy(u_pred).ravel()
+    y, s = to_numpy(u_true).ravel(), to_numpy(u_pred).ravel()
     if y.shape != s.shape:
         raise ValueError(f"u_true has {y.size} items but u_pred has {s.size}")
     if not (np.all(np.isfinite(y)) and np.all(np.isfinite(s))):
@@ -202,7 +208,7 @@ def _always_undefined(reason: str) -> Callable[..., float]:
 
 # ---------------------------------------------------------------- cluster bootstrap
 
-def _resample_indices(groups: np.ndarray | None, n: int, n_resamples: int, seed: int
+def resample_indices(groups: np.ndarray | None, n: int, n_resamples: int, seed: int
                       ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
     """``(item indices, draw ids)`` of ``n_resamples`` cluster-bootstrap resamples.
 
@@ -225,7 +231,7 @@ def _resample_indices(groups: np.ndarray | None, n: int, n_resamples: int, seed:
         yield idx, draws
 
 
-def _percentile_ci(values: list[float]) -> list[float] | None:
+def percentile_ci(values: list[float]) -> list[float] | None:
     if len(values) < 2:
         return None
     a = (1 - CI_LEVEL) / 2 * 100
@@ -246,7 +252,7 @@ def _evaluate(fns: dict[str, Callable], y: np.ndarray, s: np.ndarray, bootstrap:
         return out
     live = [k for k in fns if out[k]["value"] is not None]
     samples: dict[str, list[float]] = {k: [] for k in live}
-    for idx, draws in _resample_indices(groups, len(y), bootstrap, seed):
+    for idx, draws in resample_indices(groups, len(y), bootstrap, seed):
         for k in live:
             try:
                 v = fns[k](y[idx], s[idx], draws)
@@ -255,7 +261,7 @@ def _evaluate(fns: dict[str, Callable], y: np.ndarray, s: np.ndarray, bootstrap:
             if math.isfinite(v):
                 samples[k].append(v)
     for k in live:
-        out[k] = defined(out[k]["value"], _percentile_ci(samples[k]), n_boot=len(samples[k]))
+        out[k] = defined(out[k]["value"], percentile_ci(samples[k]), n_boot=len(samples[k]))
     return out
 
 
@@ -268,7 +274,7 @@ def _check_groups(groups, n: int) -> np.ndarray | None:
     return g
 
 
-def _bootstrap_info(bootstrap: int, seed: int, unit: str) -> dict:
+def bootstrap_info(bootstrap: int, seed: int, unit: str) -> dict:
     return {"resamples": int(bootstrap), "seed": int(seed), "unit": unit, "level": CI_LEVEL}
 
 
@@ -321,7 +327,7 @@ def span_metrics(u_true, u_pred, positive_threshold: float = 0.5, ece_bins: int 
                              y, raw_unit if why_raw is None else raw, bootstrap, g, seed))
     out.update(_evaluate(fns, y, scores, bootstrap, g, seed))
     if bootstrap > 0:
-        out["bootstrap"] = _bootstrap_info(bootstrap, seed, "response" if g is not None else "span")
+        out["bootstrap"] = bootstrap_info(bootstrap, seed, "response" if g is not None else "span")
     return _order(out, ["n", "n_pos", "n_groups", "n_pairs", "auroc", "mae", "spearman", "pearson", "ece",
                         "ece_raw", "ece_cal", "temperature", "pair_accuracy", "bootstrap"])
 
@@ -348,20 +354,5 @@ def sequence_metrics(u_seq_true, u_seq_pred, positive_threshold: float = 0.3, bo
     out: dict = {"n": int(len(y)), "n_pos": int((y >= positive_threshold).sum())}
     out.update(_evaluate(fns, y, unit_s if why is None else s, bootstrap, None, seed))
     if bootstrap > 0:
-        out["bootstrap"] = _bootstrap_info(bootstrap, seed, "sequence")
+        out["bootstrap"] = bootstrap_info(bootstrap, seed, "sequence")
     return out
-
-
-_MOVED = {"evaluate_predictions": "scoring", "matched_pairs": "scoring", "oracle_span_metrics": "scoring",
-          "span_level_metrics": "scoring", "all_span_scores": "scoring", "format_table": "table",
-          "detection_metrics": "detection", "match_spans": "detection", "token_iou_matrix": "detection"}
-
-
-def __getattr__(name: str):
-    """The scoring rules live in scoring.py, span detection in detection.py and the table in
-    table.py; they are importable from here too (lazily: those modules import this one)."""
-    if name in _MOVED:
-        from importlib import import_module
-
-        return getattr(import_module(f"{__package__}.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

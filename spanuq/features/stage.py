@@ -15,14 +15,14 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from ..llm.presets import fused_layers, get_preset
-from ..pipeline.cache import content_hash
 from ..config import Config
-from ..pipeline.files import read_records, write_json
 from ..llm.loading import load_backbone
+from ..llm.presets import fused_layers, get_preset
+from ..llm.states import FeatureItem, extract_batch
+from ..pipeline.cache import content_hash
+from ..pipeline.files import read_records, write_json
 from ..pipeline.paths import StagePaths
 from ..pipeline.records import Generation
-from ..llm.states import FeatureItem, extract_batch
 from .store import ShardWriter
 
 log = logging.getLogger(__name__)

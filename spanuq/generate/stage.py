@@ -16,10 +16,10 @@ from typing import Iterator
 
 from tqdm.auto import tqdm
 
-from ..pipeline.cache import ItemCache, content_hash
 from ..config import Config
-from ..pipeline.files import read_records, write_json, write_jsonl
 from ..llm.loading import chat_prompt, load_tokenizer, response_token_ids
+from ..pipeline.cache import ItemCache, content_hash
+from ..pipeline.files import read_records, write_json, write_jsonl
 from ..pipeline.paths import StagePaths
 from ..pipeline.records import Generation, Prompt, Sample
 from .base import Completion, Generator
@@ -66,9 +66,9 @@ def open_generator(cfg: Config) -> Iterator[Generator]:
     llama.cpp server on the backbone's shipped GGUF runs for the duration."""
     g = cfg.generate
     if g.backend == "server" and g.launch_server:
-        from ..llm.presets import get_preset
         from ..llm.llamacpp import LlamaCppServer
         from ..llm.loading import gguf_path
+        from ..llm.presets import get_preset
 
         preset = get_preset(cfg.backbone.name)
         if not preset.gguf_package:

@@ -1,9 +1,9 @@
 """In-process vLLM backend (GPU; `pip install spanuq[gpu]`). Imported lazily."""
 from __future__ import annotations
 
-from ..llm.presets import get_preset
 from ..config import Config
 from ..llm.loading import model_source
+from ..llm.presets import get_preset
 from ..pipeline.paths import models_dir
 from .base import Completion
 

@@ -23,11 +23,11 @@ from typing import Iterator
 
 from tqdm.auto import tqdm
 
-from ..pipeline.cache import ItemCache, content_hash
 from ..config import Config
-from ..pipeline.files import read_json, read_records, write_json, write_jsonl
 from ..llm.loading import load_tokenizer
 from ..llm.openai_client import EndpointUnreachable
+from ..pipeline.cache import ItemCache, content_hash
+from ..pipeline.files import read_json, read_records, write_json, write_jsonl
 from ..pipeline.paths import StagePaths
 from ..pipeline.records import Claim, Generation, LabeledResponse, Prompt
 from .offline import LabelResult

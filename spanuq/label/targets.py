@@ -14,13 +14,8 @@ are both kept (they are two claims).
 """
 from __future__ import annotations
 
+from ..llm.loading import token_offsets
 from ..pipeline.records import Claim, SpanTarget
-
-
-def token_offsets(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-    """(token ids, character offsets) of the canonical tokenisation of `text`."""
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
 
 
 def char_span_to_tokens(offsets: list[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
@@ -48,14 +43,3 @@ def span_targets(claims: list[Claim], text: str, token_ids: list[int], tokenizer
         out.append(SpanTarget(claim_id=c.id, text=text[c.start:c.end], char_start=c.start, char_end=c.end,
                               tok_start=span[0], tok_end=span[1], u=c.u))
     return out, lost
-
-
-def token_span_to_chars(text: str, offsets: list[tuple[int, int]], tok_start: int, tok_end: int) -> tuple[int, int]:
-    """Characters [start, end) of the inclusive token span, without edge whitespace
-    (the inverse of `char_span_to_tokens`, for showing predicted spans in the text)."""
-    start, end = offsets[tok_start][0], offsets[tok_end][1]
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end

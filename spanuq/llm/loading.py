@@ -14,8 +14,8 @@ import shutil
 from functools import lru_cache
 from pathlib import Path
 
-from .presets import BackbonePreset, get_preset
 from ..config import Config
+from .presets import BackbonePreset, get_preset
 
 log = logging.getLogger(__name__)
 
@@ -135,3 +135,10 @@ def chat_prompt(tokenizer, text: str, system_prompt: str | None = None) -> str:
 def response_token_ids(tokenizer, text: str) -> list[int]:
     """Canonical token ids of a response (no special tokens)."""
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def token_offsets(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """(token ids, character offsets) of the canonical tokenisation of `text` (a fast tokenizer's
+    offset mapping: token t covers characters [s_t, e_t))."""
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]

@@ -1,6 +1,7 @@
-"""Reading and writing record files (JSONL), atomically."""
+"""Reading and writing record files (JSONL), atomically, and the content hash of a file."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -53,6 +54,15 @@ def iter_jsonl(path: str | Path) -> Iterator[dict]:
                 yield json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def read_records(path: str | Path, model: type[T]) -> list[T]:

@@ -100,9 +100,6 @@ class SpanTarget(BaseModel):
     tok_end: int
     u: float
 
-    def normalized(self, n_tokens: int) -> tuple[float, float]:
-        return self.tok_start / n_tokens, (self.tok_end + 1) / n_tokens
-
 
 class LabeledResponse(_Record):
     """All span targets of one greedy answer (one row of labels.jsonl)."""

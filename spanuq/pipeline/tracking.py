@@ -1,4 +1,4 @@
-"""MLflow tracking and the model registry, behind five functions the stages call.
+"""MLflow tracking behind a few functions the stages call (publishing the probe: `spanuq.score.registry`).
 
 * ``start_run(cfg, run_name, tags)`` — a run in experiment ``cfg.mlflow.experiment`` of the
   tracking store ``cfg.mlflow.tracking_uri`` (else ``$MLFLOW_TRACKING_URI``, else
@@ -7,10 +7,6 @@
 * ``log_config(cfg)`` — every param as a flat dotted key (``probe.d_proj``, ...), plus the
   whole resolved config as ``config.json``.
 * ``log_metrics(metrics, step)`` / ``log_artifacts(path, artifact_path)``.
-* ``log_probe(probe_dir, cfg, dev_auroc)`` — logs the checkpoint as an MLflow pyfunc model
-  ("models from code": ``spanuq/score/mlflow_model.py`` + the safetensors folder, nothing
-  pickled), registers it as ``spanuq-<backbone>`` and moves the alias ``champion`` to the
-  new version only if its dev AUROC beats the current champion's (`promote_if_better`).
 
 Nothing here reads or logs an API key: ``log_config`` logs the *name* of the environment
 variable that holds a key (``label.judge.api_key_env``), never its value.
@@ -21,7 +17,6 @@ import json
 import logging
 import math
 import re
-import warnings
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,17 +26,11 @@ from ..config import Config
 
 log = logging.getLogger(__name__)
 
-CHAMPION = "champion"
-DEV_AUROC_TAG = "dev_auroc"
 _MAX_PARAM_CHARS = 6000  # MLflow's limit on one param value (8000 on recent stores; stay below)
 
 
 def tracking_uri(cfg: Config) -> str:
     return cfg.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
-
-
-def registered_name(cfg: Config) -> str:
-    return f"spanuq-{cfg.backbone.name}"
 
 
 def _artifact_root(uri: str) -> str | None:
@@ -52,7 +41,7 @@ def _artifact_root(uri: str) -> str | None:
     return (db.resolve().parent / "mlartifacts").as_uri()
 
 
-def _setup(cfg: Config) -> str:
+def connect(cfg: Config) -> str:
     """Point mlflow at the configured store and experiment; returns the experiment id."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import mlflow
@@ -82,7 +71,7 @@ def start_run(cfg: Config, run_name: str, tags: dict[str, str] | None = None,
     """
     import mlflow
 
-    _setup(cfg)
+    connect(cfg)
     base = {"backbone": cfg.backbone.name, "preset": cfg.preset}
     nested = mlflow.active_run() is not None
     with mlflow.start_run(run_name=run_name, tags={**base, **(tags or {})}, nested=nested,
@@ -97,7 +86,7 @@ def create_parent_run(cfg: Config, run_name: str, tags: dict[str, str] | None = 
     """
     from mlflow import MlflowClient
 
-    exp_id = _setup(cfg)
+    exp_id = connect(cfg)
     base = {"backbone": cfg.backbone.name, "preset": cfg.preset, "mlflow.runName": run_name}
     return MlflowClient().create_run(exp_id, run_name=run_name, tags={**base, **(tags or {})}).info.run_id
 
@@ -153,71 +142,3 @@ def log_artifacts(path: str, artifact_path: str | None = None) -> None:
         mlflow.log_artifacts(str(p), artifact_path)
     elif p.exists():
         mlflow.log_artifact(str(p), artifact_path)
-
-
-def champion_auroc(client, name: str) -> tuple[int | None, float | None]:
-    """(version, dev AUROC) of the current champion of ``name``; (None, None) if there is none."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        mv = client.get_model_version_by_alias(name, CHAMPION)
-    except MlflowException:
-        return None, None
-    raw = (mv.tags or {}).get(DEV_AUROC_TAG)
-    try:
-        return int(mv.version), float(raw) if raw not in (None, "", "None") else None
-    except ValueError:
-        return int(mv.version), None
-
-
-def promote_if_better(client, name: str, version: str, dev_auroc: float | None) -> bool:
-    """Move ``@champion`` to ``version`` if its dev AUROC beats the champion's (strictly).
-
-    A version without a defined dev AUROC never replaces a champion; the first version
-    with one becomes champion when there is none.
-    """
-    current, best = champion_auroc(client, name)
-    if dev_auroc is None or not math.isfinite(dev_auroc):
-        return False
-    if current is not None and best is not None and dev_auroc <= best:
-        return False
-    client.set_registered_model_alias(name, CHAMPION, version)
-    return True
-
-
-def _signature():
-    """Only the predict-time params are declared (the input is a T×d matrix per response, see
-    mlflow_model.py); without a declared params schema MLflow drops them."""
-    from mlflow.models.signature import ModelSignature
-    from mlflow.types.schema import ParamSchema, ParamSpec
-
-    return ModelSignature(params=ParamSchema([
-        ParamSpec("threshold", "double", -1.0),  # < 0: the validity threshold stored with the probe
-        ParamSpec("calibrated", "boolean", True),
-    ]))
-
-
-def log_probe(probe_dir: str | Path, cfg: Config, dev_auroc: float | None) -> dict[str, Any]:
-    """Log + register the probe in the active run; returns what the train report records."""
-    import mlflow
-    from mlflow import MlflowClient
-
-    code = Path(__file__).parents[1] / "score" / "mlflow_model.py"
-    with warnings.catch_warnings():  # "add type hints to predict": the input contract is in mlflow_model.py
-        warnings.filterwarnings("ignore", message=".*type hints.*")
-        info = mlflow.pyfunc.log_model(
-            name="probe",
-            python_model=str(code),
-            artifacts={"checkpoint": str(Path(probe_dir))},
-            signature=_signature(),
-            pip_requirements=["spanuq", "torch", "safetensors", "numpy", "pandas"],
-        )
-    name = registered_name(cfg)
-    mv = mlflow.register_model(info.model_uri, name)
-    client = MlflowClient()
-    client.set_model_version_tag(name, mv.version, DEV_AUROC_TAG, "None" if dev_auroc is None else repr(float(dev_auroc)))
-    promoted = promote_if_better(client, name, mv.version, dev_auroc)
-    champ, champ_auroc = champion_auroc(client, name)
-    log.info("registered %s v%s (dev AUROC %s); champion: v%s", name, mv.version, dev_auroc, champ)
-    return {"registered_model": name, "model_version": int(mv.version), "promoted": promoted,
-            "champion_version": champ, "champion_dev_auroc": champ_auroc}

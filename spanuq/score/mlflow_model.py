@@ -1,6 +1,6 @@
 """MLflow "models from code" definition of the SpanUQ probe as a pyfunc model.
 
-`spanuq.pipeline.tracking.log_probe` passes this file (not a pickled object) to
+`spanuq.score.registry.log_probe` passes this file (not a pickled object) to
 ``mlflow.pyfunc.log_model(python_model=<this file>, artifacts={"checkpoint": <probe dir>})``.
 MLflow copies the file and the checkpoint folder (``model.safetensors`` + ``config.json``)
 into the model; loading executes this file and ``load_context`` reads the weights with
@@ -9,7 +9,8 @@ into the model; loading executes this file and ``load_context`` reads the weight
 
 Input (one row per response):
   * a pandas DataFrame with a column ``h`` (T×d hidden states: list of lists or a 2-D array)
-    and optionally ``entropy`` (T floats) and ``id``;
+    and optionally ``entropy`` (T floats), ``id``, and ``text`` with ``offsets`` (the answer and
+    the [start, end) characters of each of its T tokens, from the backbone's tokenizer);
   * or a dict ``{"h": ..., "entropy": ...}`` for one response (or columns of lists for many);
   * or a list of such dicts.
 ``params={"threshold": 0.5}`` overrides the validity threshold stored with the probe (chosen on
@@ -18,15 +19,27 @@ dev; a negative value, the default, keeps it); ``params={"calibrated": False}`` 
 Output: a list with one dict per response:
   ``{"id": ..., "spans": [{"start", "end", "u", "u_raw", "p", "nu"}, ...], "u_seq": float}``,
   spans as inclusive token indices into the response, ``u`` = calibrated û (probability the
-  claim is wrong), kept and de-duplicated by `spanuq.evaluate.predict` (the one inference path).
+  claim is wrong), shown as every SpanUQ consumer shows them (`spanuq.model.postprocess`: kept,
+  de-duplicated).  With ``text`` and ``offsets`` the spans are grown to whole words and carry
+  ``char_start``, ``char_end`` and ``text`` too: the spans `SpanUQ.score` returns for that answer.
 """
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import mlflow
 import numpy as np
+
+from spanuq.model.postprocess import Answer, predict
+
+
+@dataclass
+class _States:
+    h: Any  # torch.Tensor (T, d)
+    entropy: Any  # torch.Tensor (T,)
+
 
 def _rows(model_input: Any) -> list[dict]:
     """Normalise the accepted input shapes to a list of {"h", "entropy"?, "id"?} dicts."""
@@ -68,24 +81,39 @@ def _matrix(value: Any, name: str) -> np.ndarray:
     return arr
 
 
+def _answer(row: dict, T: int, i: int) -> Answer | None:
+    """The row's `Answer` (text + per-token character offsets), or None without ``text``."""
+    text = row.get("text")
+    if text is None or (not isinstance(text, str) and text != text):  # absent, or NaN in a DataFrame
+        return None
+    offsets = row.get("offsets")
+    if offsets is None:
+        raise ValueError(f"row {i}: `text` needs `offsets`, the [start, end) characters of each of its tokens")
+    offsets = [tuple(int(x) for x in o) for o in offsets]
+    if len(offsets) != T or any(not 0 <= a <= b <= len(text) for a, b in offsets):
+        raise ValueError(f"row {i}: `offsets` must give T={T} [start, end) character pairs inside the text")
+    return Answer(text, offsets)
+
+
 class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
     """Wraps a SpanUQ probe checkpoint; see the module docstring for the contract."""
 
     def load_context(self, context) -> None:
-        from spanuq.model import load_checkpoint
+        from spanuq.model.checkpoint import load_checkpoint
 
-        self.model, self.meta = load_checkpoint(context.artifacts["checkpoint"], device="cpu")
+        self.ckpt = load_checkpoint(context.artifacts["checkpoint"], device="cpu")
 
     def predict(self, context, model_input, params=None):
         import torch
 
         params = params or {}
         threshold = float(params["threshold"]) if params.get("threshold") is not None else None
-        threshold = None if threshold is not None and threshold < 0 else threshold
-        calibrated = bool(params.get("calibrated", True))
+        calibration = self.ckpt.calibration.with_threshold(None if threshold is not None and threshold < 0 else threshold)
+        if not bool(params.get("calibrated", True)):
+            calibration = calibration.raw()
         rows = _rows(model_input)
-        d = int(self.meta["d_model"])
-        hs, ents = [], []
+        d = self.ckpt.d_model
+        hs, ents, answers = [], [], []
         for i, r in enumerate(rows):
             h = _matrix(r["h"], f"row {i}: h")
             if h.shape[0] == 0:
@@ -98,22 +126,19 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
             if e is not None and e.shape[0] != h.shape[0]:
                 raise ValueError(f"row {i}: entropy has {e.shape[0]} values for T={h.shape[0]} tokens")
             ents.append(e)
-        from spanuq.evaluate.predict import predict_examples
-        from spanuq.features.dataset import ResponseExample
-
-        examples = [ResponseExample(prompt_id=str(r.get("id", i)), domain="custom", split="test",
-                                    h=torch.from_numpy(h), entropy=torch.from_numpy(e) if e is not None else
-                                    torch.zeros(h.shape[0]), token_ids=[], spans=torch.zeros(0, 2, dtype=torch.long),
-                                    u=torch.zeros(0))
-                    for i, (r, h, e) in enumerate(zip(rows, hs, ents))]
-        preds = predict_examples(self.model, examples, batch_size=16, device="cpu", calibrated=calibrated,
-                                 threshold=threshold)
+            answers.append(_answer(r, h.shape[0], i))
+        states = [_States(torch.from_numpy(h), torch.from_numpy(e) if e is not None else torch.zeros(h.shape[0]))
+                  for h, e in zip(hs, ents)]
+        preds = predict(self.ckpt.probe, states, calibration, answers, batch_size=16, device="cpu")
         out: list[dict] = []
         for r, p in zip(rows, preds):
-            spans = sorted(({"start": int(p["spans"][k, 0]), "end": int(p["spans"][k, 1]), "u": float(p["u"][k]),
-                             "u_raw": float(p["u_raw"][k]), "p": float(p["validity"][k]), "nu": float(p["nu"][k])}
-                            for k in p["keep"]), key=lambda s: (s["start"], s["end"]))
-            item = {"spans": spans, "u_seq": p["u_seq"]}
+            spans = []
+            for s in p.shown():
+                span = {"start": s.b, "end": s.e, "u": s.u, "u_raw": s.u_raw, "p": s.validity, "nu": s.nu}
+                if s.start is not None:
+                    span.update(char_start=s.start, char_end=s.end, text=r["text"][s.start:s.end])
+                spans.append(span)
+            item = {"spans": spans, "u_seq": p.u_seq}
             if "id" in r:
                 item = {"id": r["id"], **item}
             out.append(item)

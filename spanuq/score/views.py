@@ -87,7 +87,7 @@ LEGEND = "û: 0 = the model would say this again, 1 = likely wrong"
 
 
 def result_spans(result) -> list[Span]:
-    """(start, end, û) of a `spanuq.score.ScoreResult`'s spans."""
+    """(start, end, û) of a `spanuq.score.schema.ScoreResult`'s spans."""
     return [(s.start, s.end, s.u) for s in result.spans]
 
 

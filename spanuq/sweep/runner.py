@@ -160,7 +160,7 @@ def _fail_run(sw: Sweep, run_id: str, error: str) -> None:
 
     from ..pipeline import tracking
 
-    tracking._setup(sw.base_config)
+    tracking.connect(sw.base_config)
     client = MlflowClient()
     client.set_tag(run_id, "error", error[:5000])
     client.set_terminated(run_id, status="FAILED")
@@ -242,6 +242,7 @@ def finish(sw: Sweep, parent_run_id: str) -> dict[str, Any]:
     import mlflow
 
     from ..pipeline import tracking
+    from ..score.registry import log_probe
     from .trial import trial_config
 
     study = sw.study()
@@ -250,7 +251,7 @@ def finish(sw: Sweep, parent_run_id: str) -> dict[str, Any]:
     write_json(out / "robustness.json", r)
     (out / "robustness.md").write_text(robustness_markdown(sw.spec.backbone, r))
     cfg = sw.base_config
-    tracking._setup(cfg)
+    tracking.connect(cfg)
     client = mlflow.MlflowClient()
     for k in ("best", "median", "worst", "iqr", "n_complete", "n_pruned", "n_failed"):
         if r[k] is not None:
@@ -265,7 +266,7 @@ def finish(sw: Sweep, parent_run_id: str) -> dict[str, Any]:
         best_cfg = trial_config(sw.spec, best.params, sw.overrides)
         if best_cfg.mlflow.register_model and study.user_attrs.get("registered_trial") != best.number:
             with mlflow.start_run(run_id=best.user_attrs["mlflow_run_id"]):
-                reg = tracking.log_probe(best.user_attrs["checkpoint"], best_cfg, dev_auroc=best.value)
+                reg = log_probe(best.user_attrs["checkpoint"], best_cfg, dev_auroc=best.value)
             study.set_user_attr("registered_trial", best.number)
             client.set_tag(parent_run_id, "best_trial", str(best.number))
             summary["registry"] = reg

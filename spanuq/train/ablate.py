@@ -1,9 +1,9 @@
 """`spanuq ablate`: the paper's ablation table (Tab. 4 layout) on one split, in one run.
 
 Every row of params.yaml ``ablate.rows`` is a name plus dotted overrides of the
-config (``{"probe.ucir": false}``); each is trained with ``train.train_probe`` on the
-same train/dev split and scored on the same test split with ``train.evaluate_model``
-(the metrics of the evaluate stage), so the rows differ only by their switches.
+config (``{"probe.ucir": false}``, `spanuq.config.apply_overrides`); each is trained with
+`spanuq.train.stage.train_probe` on the same train/dev split and scored on the same test split
+with `spanuq.train.stage.evaluate_model` (the metrics of the evaluate stage), so the rows differ only by their switches.
 ``ablate.warmup_epochs`` / ``joint_epochs`` shorten every row alike.
 
 Writes ``data/<backbone>/ablation/ablation.json`` (every row's metrics and config
@@ -13,58 +13,32 @@ MAE, ρ_s, detection P/R/F1, coverage, mean matched IoU, train time).
 from __future__ import annotations
 
 import logging
-import math
 import time
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from ..config import Config
-from ..features.dataset import load_examples, training_examples
-from ..pipeline.files import read_json, write_json
+from ..config import Config, apply_overrides
+from ..evaluate.metrics import metric_value
+from ..evaluate.table import ABLATION_COLUMNS
+from ..features.dataset import answers, load_examples, training_examples
 from ..llm.loading import load_tokenizer, resolve_device
+from ..pipeline.files import read_json, write_json
 from ..pipeline.paths import StagePaths
 
 log = logging.getLogger(__name__)
 
-COLUMNS = [("AUROC", ("span", "auroc")), ("MAE", ("span", "mae")), ("ρ_s", ("span", "spearman")),
-           ("P", ("detection", "precision")), ("R", ("detection", "recall")), ("F1", ("detection", "f1")),
-           ("coverage", ("coverage",)), ("mean IoU", ("detection", "mean_iou"))]
-
-
-def row_config(cfg: Config, overrides: dict) -> Config:
-    """``cfg`` with dotted overrides applied and validated (unknown keys are errors)."""
-    tree = cfg.model_dump()
-    for key, value in overrides.items():
-        node = tree
-        *parents, leaf = key.split(".")
-        for p in parents:
-            if not isinstance(node.get(p), dict):
-                raise ValueError(f"ablate override {key!r}: {p!r} is not a config section")
-            node = node[p]
-        if leaf not in node:
-            raise ValueError(f"ablate override {key!r}: unknown key {leaf!r}")
-        node[leaf] = value
-    return Config.model_validate(tree)
-
-
-def _metric(metrics: dict, path: tuple[str, ...]):
-    v = metrics
-    for k in path:
-        v = v.get(k) if isinstance(v, dict) else None
-    if isinstance(v, dict):
-        v = v.get("value")
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
 def format_markdown(rows: list[dict], meta: dict) -> str:
-    head = ["row", *[c for c, _ in COLUMNS], "train s", "epochs"]
+    head = ["row", *[c for c, _ in ABLATION_COLUMNS], "train s", "epochs"]
     lines = [f"# Ablation ({meta['backbone']}: {meta['n_train']} train / {meta['n_dev']} dev / "
              f"{meta['n_test']} test answers, {meta['n_test_spans']} labelled test spans)", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["name"]] + [("n/a" if r["values"][c] is None else f"{r['values'][c]:.3f}") for c, _ in COLUMNS]
+        cells = [r["name"]] + [("n/a" if r["values"][c] is None else f"{r['values'][c]:.3f}")
+                               for c, _ in ABLATION_COLUMNS]
         cells += [f"{r['train_seconds']:.0f}", str(r["epochs_run"])]
         lines.append("| " + " | ".join(cells) + " |")
     thr = ", ".join(f"{r['name']} {r['validity_threshold']:g}" for r in rows if "validity_threshold" in r)
@@ -84,6 +58,7 @@ def ablate_rows(cfg: Config, rows, train: list, dev: list, test: list, progress:
     from .stage import calibrate_on_dev, evaluate_model, train_probe
 
     key = lambda name, overrides: (name, repr(sorted(overrides.items())))  # noqa: E731
+    dev_answers, test_answers = answers(tokenizer, dev), answers(tokenizer, test)  # one tokenisation each
     finished = {key(r["name"], r["set"]): r for r in done or []}
     results = []
     for row in tqdm(rows, desc="ablate", unit="row", disable=not progress):
@@ -92,14 +67,14 @@ def ablate_rows(cfg: Config, rows, train: list, dev: list, test: list, progress:
             continue
         epochs = {f"train.{k}": v for k in ("warmup_epochs", "joint_epochs")
                   if (v := getattr(cfg.ablate, k)) is not None}
-        rcfg = row_config(cfg, {**epochs, **row.set})
+        rcfg = apply_overrides(cfg, {**epochs, **row.set})
         device = resolve_device(rcfg.train.device)
         t0 = time.perf_counter()
         model, info = train_probe(rcfg, train, dev, progress=False)
         seconds = time.perf_counter() - t0
-        calib = calibrate_on_dev(model, dev, rcfg, device, tokenizer)
-        metrics = evaluate_model(model, test, rcfg, device, tokenizer=tokenizer)
-        values = {c: _metric(metrics, path) for c, path in COLUMNS}
+        calibration, calib = calibrate_on_dev(model, dev, rcfg, device, dev_answers)
+        metrics = evaluate_model(model, test, rcfg, device, calibration, test_answers)
+        values = {c: metric_value(metrics, *path) for c, path in ABLATION_COLUMNS}
         results.append({"name": row.name, "set": row.set, "values": values, "train_seconds": round(seconds, 1),
                         "seconds_per_epoch": round(seconds / max(1, info["epochs_run"]), 3),
                         "epochs_run": info["epochs_run"], "best_epoch": info["best_epoch"],

@@ -31,13 +31,18 @@ from tqdm.auto import tqdm
 
 from ..config import Config
 from ..evaluate.ece import fit_temperature
-from ..evaluate.predict import predict_examples, select_spans
+from ..evaluate.metrics import metric_value
 from ..evaluate.scoring import all_span_scores, evaluate_predictions
-from ..features.dataset import ResponseExample, collate, load_examples, training_examples
-from ..pipeline.files import write_json
+from ..features.dataset import ResponseExample, answers, collate, load_examples, training_examples
 from ..llm.loading import resolve_device
 from ..llm.presets import fused_layers
-from ..model import HungarianMatcher, SetCriterion, SpanUQProbe, save_checkpoint
+from ..model.calibration import Calibration
+from ..model.checkpoint import save_checkpoint
+from ..model.losses import SetCriterion
+from ..model.matcher import HungarianMatcher
+from ..model.postprocess import Answer, predict, select_spans
+from ..model.probe import SpanUQProbe
+from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
 
 log = logging.getLogger(__name__)
@@ -58,24 +63,29 @@ def dev_score(metrics: dict, select: str = "auroc") -> float:
     dozen spans AUROC alone is noisy and stops at the first lucky joint epoch, before
     the Mixture-of-Beta means have converged.
     """
-    span = metrics["span"]
     score = -math.inf
     for key in ("auroc", "spearman"):
-        v = _value(span.get(key))
-        if v is not None and not math.isnan(v):
+        v = metric_value(metrics, "span", key)
+        if v is not None:
             score = float(v)
             break
     if select == "auroc-mae" and math.isfinite(score):
-        mae = _value(span.get("mae"))
-        score -= float(mae) if mae is not None and not math.isnan(mae) else 1.0
+        mae = metric_value(metrics, "span", "mae")
+        score -= float(mae) if mae is not None else 1.0
     return score
 
 
-def evaluate_model(model, examples: list[ResponseExample], cfg: Config, device, bootstrap: int = 0,
-                   tokenizer=None) -> dict:
-    """Metrics of the model's default predictions (its stored threshold and temperature)."""
-    preds = predict_examples(model, examples, cfg.train.batch_size, device, tokenizer=tokenizer,
-                             dup_iou=cfg.evaluate.dup_iou)
+def uncalibrated(cfg: Config) -> Calibration:
+    """What a probe is shown with before `calibrate_on_dev`: raw û, ``evaluate.validity_threshold``."""
+    return Calibration(1.0, cfg.evaluate.validity_threshold, cfg.evaluate.dup_iou)
+
+
+def evaluate_model(model, examples: list[ResponseExample], cfg: Config, device, calibration: Calibration | None = None,
+                   answer_texts: list[Answer | None] | None = None, bootstrap: int = 0) -> dict:
+    """Metrics of the model's predictions with ``calibration`` (default: `uncalibrated`);
+    ``answer_texts`` (`features.dataset.answers`) grow spans to whole words as the product does."""
+    preds = predict(model, examples, calibration or uncalibrated(cfg), answer_texts, batch_size=cfg.train.batch_size,
+                    device=device)
     return evaluate_predictions(preds, examples, cfg.evaluate, bootstrap=bootstrap)
 
 
@@ -88,7 +98,8 @@ def cross_validated_temperature(u_true: list[np.ndarray], u_raw: list[np.ndarray
     folds; T is fitted on the others and the soft-label NLL of each held-out fold is
     compared with T = 1.  T is kept only when the held-out NLL improves; else 1.
     """
-    from ..evaluate.ece import apply_temperature, soft_bce
+    from ..evaluate.ece import soft_bce
+    from ..model.calibration import apply_temperature
 
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
     y, s = cat(u_true), cat(u_raw)
@@ -114,32 +125,33 @@ def cross_validated_temperature(u_true: list[np.ndarray], u_raw: list[np.ndarray
     return (full if used else 1.0), cv
 
 
-def calibrate_on_dev(model, dev: list[ResponseExample], cfg: Config, device, tokenizer=None) -> dict:
+def calibrate_on_dev(model, dev: list[ResponseExample], cfg: Config, device,
+                     answer_texts: list[Answer | None] | None = None) -> tuple[Calibration, dict]:
     """Choose the validity threshold (best dev detection F1 over ``evaluate.threshold_grid``;
     ties go to the threshold nearest 0.5) and fit the temperature of û on every labelled dev
-    span (`cross_validated_temperature`); both are set on ``model`` and returned for the checkpoint."""
+    span (`cross_validated_temperature`): the `Calibration` the checkpoint stores, and what the
+    train report records of the choice."""
     from ..evaluate.detection import detection_metrics
 
     ec = cfg.evaluate
-    model.temperature, model.validity_threshold = 1.0, ec.validity_threshold
+    start = uncalibrated(cfg)
     if not dev:
-        return {"temperature": 1.0, "validity_threshold": ec.validity_threshold}
-    preds = predict_examples(model, dev, cfg.train.batch_size, device, tokenizer=tokenizer, dup_iou=ec.dup_iou)
+        return start, {"temperature": 1.0, "validity_threshold": ec.validity_threshold}
+    preds = predict(model, dev, start, answer_texts, batch_size=cfg.train.batch_size, device=device)
     gt = [e.spans.numpy() for e in dev]
     f1s = {}
     for thr in ec.threshold_grid:
-        shown = [p["spans"][select_spans(p["spans"], p["validity"], thr, ec.dup_iou)] for p in preds]
-        f1s[thr] = _value(detection_metrics(shown, gt, ec.iou_threshold)["f1"])
+        shown = [p.spans[select_spans(p.spans, p.validity, thr, ec.dup_iou)] for p in preds]
+        f1s[thr] = metric_value(detection_metrics(shown, gt, ec.iou_threshold)["f1"])
     scored = {t: f for t, f in f1s.items() if f is not None}
     thr = max(scored, key=lambda t: (scored[t], -abs(t - 0.5))) if scored else ec.validity_threshold
-    model.validity_threshold = float(thr)
     for p in preds:
-        p["keep"] = select_spans(p["spans"], p["validity"], thr, ec.dup_iou)
+        p.keep = select_spans(p.spans, p.validity, thr, ec.dup_iou)
     raw, _ = all_span_scores(preds, dev, iou_threshold=ec.iou_threshold, key="u_raw")
     temperature, cv = cross_validated_temperature([e.u.numpy() for e in dev], raw)
-    model.temperature = temperature
-    return {"temperature": temperature, "temperature_cv": cv, "validity_threshold": float(thr),
-            "dev_f1_by_threshold": {f"{t:g}": f for t, f in f1s.items()}}
+    calibration = Calibration(temperature, float(thr), ec.dup_iou)
+    return calibration, {"temperature": temperature, "temperature_cv": cv, "validity_threshold": float(thr),
+                         "dev_f1_by_threshold": {f"{t:g}": f for t, f in f1s.items()}}
 
 
 def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExample],
@@ -185,13 +197,7 @@ def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExa
                "lr": opt.param_groups[0]["lr"], **{f"train_{k}": v / n_steps for k, v in sums.items()}}
         dev_metrics = evaluate_model(model, dev, cfg, device) if dev else None
         if dev_metrics:
-            row.update({
-                "dev_auroc": _value(dev_metrics["span"].get("auroc")),
-                "dev_mae": _value(dev_metrics["span"].get("mae")),
-                "dev_spearman": _value(dev_metrics["span"].get("spearman")),
-                "dev_f1": _value(dev_metrics["detection"].get("f1")),
-                "dev_coverage": _value(dev_metrics["coverage"]),
-            })
+            row.update(dev_summary(dev_metrics, "auroc", "mae", "spearman", "f1", "coverage"))
         history.append(row)
         if on_epoch:
             on_epoch(epoch + 1, row)
@@ -214,15 +220,20 @@ def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExa
                    "epochs_run": len(history), "n_parameters": model.num_parameters()}
 
 
-def _value(v):
-    return v.get("value") if isinstance(v, dict) else v
+DEV_METRICS = {"auroc": ("span", "auroc"), "mae": ("span", "mae"), "spearman": ("span", "spearman"),
+               "f1": ("detection", "f1"), "coverage": ("coverage",), "pair_accuracy": ("span", "pair_accuracy")}
+
+
+def dev_summary(metrics: dict | None, *names: str) -> dict[str, float | None]:
+    """``{"dev_<name>": value}`` of the named `DEV_METRICS` (None without dev metrics)."""
+    return {f"dev_{n}": metric_value(metrics, *DEV_METRICS[n]) if metrics else None for n in names}
 
 
 def run_train(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: labels + features → probe checkpoint, report, MLflow run."""
-    from ..pipeline import tracking
-
     from ..llm.loading import load_tokenizer
+    from ..pipeline import tracking
+    from ..score.registry import log_probe
 
     paths = StagePaths.from_config(cfg)
     # answers whose claims could not all be placed on tokens are left out of training:
@@ -242,29 +253,24 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
                                       {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "epoch"}, step=e))
         seconds = time.perf_counter() - t0
         device = resolve_device(cfg.train.device)
-        calib = calibrate_on_dev(model, dev, cfg, device, tokenizer)
-        dev_metrics = evaluate_model(model, dev, cfg, device, tokenizer=tokenizer) if dev else None
-        dev_auroc = _value(dev_metrics["span"].get("auroc")) if dev_metrics else None
+        dev_answers = answers(tokenizer, dev)
+        calibration, calib = calibrate_on_dev(model, dev, cfg, device, dev_answers)
+        dev_metrics = evaluate_model(model, dev, cfg, device, calibration, dev_answers) if dev else None
+        summary = dev_summary(dev_metrics, "auroc", "mae", "f1", "coverage", "pair_accuracy")
+        dev_auroc = summary["dev_auroc"]
         report = {"backbone": cfg.backbone.name, "n_train": len(train), "n_dev": len(dev),
                   "train_dropped_unplaced": dropped, **calib,
                   "train_spans": int(sum(len(e.u) for e in train)), "seconds": round(seconds, 1),
                   "best_epoch": info["best_epoch"], "epochs_run": info["epochs_run"],
-                  "n_parameters": info["n_parameters"], "dev_auroc": dev_auroc,
-                  "dev_mae": _value(dev_metrics["span"].get("mae")) if dev_metrics else None,
-                  "dev_f1": _value(dev_metrics["detection"].get("f1")) if dev_metrics else None,
-                  "dev_coverage": _value(dev_metrics["coverage"]) if dev_metrics else None,
-                  "dev_pair_accuracy": _value(dev_metrics["span"].get("pair_accuracy")) if dev_metrics else None,
-                  "mlflow_run_id": run.info.run_id}
-        save_checkpoint(model, cfg.probe, train[0].h.shape[1], paths.probe,
+                  "n_parameters": info["n_parameters"], **summary, "mlflow_run_id": run.info.run_id}
+        save_checkpoint(model, cfg.probe, train[0].h.shape[1], paths.probe, calibration,
                         extra={"backbone": cfg.backbone.name, "layers": fused_layers(cfg),
                                "system_prompt": cfg.backbone.system_prompt,
-                               "best_epoch": info["best_epoch"], "dev_auroc": dev_auroc,
-                               "temperature": calib["temperature"],
-                               "validity_threshold": calib["validity_threshold"]})
+                               "best_epoch": info["best_epoch"], "dev_auroc": dev_auroc})
         write_json(paths.probe / "history.json", info["history"])
         tracking.log_metrics({"best_dev_auroc": dev_auroc} if dev_auroc is not None else {})
         if cfg.mlflow.register_model:
-            reg = tracking.log_probe(paths.probe, cfg, dev_auroc=dev_auroc)
+            reg = log_probe(paths.probe, cfg, dev_auroc=dev_auroc)
             report.update(reg or {})
         write_json(paths.train_report, report)
     return paths.probe

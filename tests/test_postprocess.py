@@ -1,8 +1,10 @@
-"""The one inference path: kept spans snapped to whole words, duplicates suppressed, scores calibrated."""
+"""The one post-processing step: kept spans snapped to whole words, duplicates suppressed, scores calibrated."""
 import numpy as np
 import pytest
 
-from spanuq.evaluate.predict import calibrate, select_spans, snap_token_span
+from spanuq.llm.loading import token_offsets
+from spanuq.model.calibration import Calibration
+from spanuq.model.postprocess import select_spans, snap_token_span, token_span_to_chars
 
 
 @pytest.fixture(scope="module")
@@ -14,15 +16,11 @@ def tok():
 
 
 def chars(tok, text, b, e):
-    from spanuq.label.targets import token_offsets, token_span_to_chars
-
     _, offsets = token_offsets(tok, text)
     return text[slice(*token_span_to_chars(text, offsets, *snap_token_span(offsets, text, b, e)))]
 
 
 def test_a_span_that_cuts_a_word_grows_to_the_whole_word(tok):
-    from spanuq.label.targets import token_offsets
-
     text = "The capital of Mongolia is Ulaanbaatar, a city of 1,600,000 people."
     ids, offsets = token_offsets(tok, text)
     pieces = [text[s:e] for s, e in offsets]
@@ -34,8 +32,6 @@ def test_a_span_that_cuts_a_word_grows_to_the_whole_word(tok):
 
 
 def test_edge_tokens_of_only_spaces_or_punctuation_are_trimmed(tok):
-    from spanuq.label.targets import token_offsets
-
     text = "Paris is the capital, and it is large."
     _, offsets = token_offsets(tok, text)
     comma = next(i for i, (s, e) in enumerate(offsets) if text[s:e].strip() == ",")
@@ -56,6 +52,6 @@ def test_duplicates_are_suppressed_by_validity_and_the_threshold_applies_first()
 
 def test_calibration_is_the_identity_at_t_one_and_pulls_towards_half_above():
     u = np.array([0.0, 0.1, 0.5, 0.97])
-    assert np.array_equal(calibrate(u, 1.0), u)
-    cal = calibrate(u, 2.0)
+    assert np.array_equal(Calibration(temperature=1.0).scores(u), u)
+    cal = Calibration(temperature=2.0).scores(u)
     assert cal[2] == pytest.approx(0.5) and np.all(np.abs(cal - 0.5) <= np.abs(u - 0.5) + 1e-12)
