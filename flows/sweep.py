@@ -21,10 +21,13 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.concurrency.sync import concurrency
+from prefect.artifacts import create_markdown_artifact
 from prefect.deployments import run_deployment
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.pipeline import pipeline
 from spanuq.sweep import Sweep, finish, prepare, run_one, spec_path
+from spanuq.sweep.runner import upstream_stages
 from spanuq.sweep.slots import hold_slot, node_name, visible_slots
 from spanuq.sweep.study import unfinished
 
@@ -46,8 +49,9 @@ def finish_task(sw: Sweep, parent_run_id: str) -> dict:
     return finish(sw, parent_run_id)
 
 
-def _sweep(backbone: str, spec: str | None, storage: str | None, overrides: list[str] | None) -> Sweep:
-    return Sweep.from_files(spec or spec_path(backbone), storage, overrides)
+def _sweep(backbone: str, spec: str | None, storage: str | None, overrides: list[str] | None,
+           n_trials: int | None = None) -> Sweep:
+    return Sweep.from_files(spec or spec_path(backbone), storage, overrides, n_trials)
 
 
 def run_here(sw: Sweep, parent_run_id: str, poll_s: float = 2.0) -> int:
@@ -80,17 +84,28 @@ def _slots_env(slots: int | None) -> None:
 
 @flow(name="sweep", task_runner=ThreadPoolTaskRunner(max_workers=64), log_prints=True)
 def sweep(backbone: str = "smollm2-135m", spec: str | None = None, storage: str | None = None,
-          overrides: list[str] | None = None, runners: int = 1, slots: int | None = None) -> dict:
+          overrides: list[str] | None = None, runners: int = 1, slots: int | None = None,
+          n_trials: int | None = None, upstream: bool = True) -> dict:
     """The sweep of ``sweeps/<backbone>.yaml``: study, trials on every runner's slots, best probe registered.
 
     storage: Optuna RDB URL (default $SPANUQ_OPTUNA_STORAGE or sqlite:///optuna.db; PostgreSQL
-    when runners > 1); overrides: KEY=VALUE for every trial (e.g. mlflow.tracking_uri=...);
-    runners: machines taking part (this one + runners-1 `sweep-runner/<backbone>` flow runs);
-    slots: trials at once on this machine (default: $SPANUQ_GPU_SLOTS or the visible GPUs).
+    when runners > 1); overrides: KEY=VALUE for every trial (e.g. mlflow.tracking_uri=...; they
+    win over the sweep file's, and a key its space searches is refused); runners: machines
+    taking part (this one + runners-1 `sweep-runner/<backbone>` flow runs); slots: trials at
+    once on this machine (default: $SPANUQ_GPU_SLOTS or the visible GPUs); n_trials: run this
+    many configurations instead of the sweep file's budget; upstream: when the backbone's
+    generations/labels are missing, run the pipeline's stages first (the pipeline flow's cached
+    tasks) — or, false, refuse.  Either way, a backbone that cannot run here is refused before
+    anything is created, with the command that makes its data.
     """
     logger = get_run_logger()
     _slots_env(slots)
-    sw = _sweep(backbone, spec, storage, overrides)
+    sw = _sweep(backbone, spec, storage, overrides, n_trials)
+    stages = upstream_stages(sw, upstream)
+    if stages:
+        logger.info("the sweep's inputs are missing: running the pipeline's %s stages first", ", ".join(stages))
+        pipeline(backbone=backbone, params=sw.spec.params, preset=sw.spec.preset,
+                 overrides=[*sw.spec.overrides, *sw.overrides], stages=stages)
     parent = prepare_task(sw)
     remote = [run_deployment(f"sweep-runner/{backbone}", timeout=0, parameters={
         "backbone": backbone, "spec": spec, "storage": storage, "overrides": overrides or [],
@@ -102,9 +117,11 @@ def sweep(backbone: str = "smollm2-135m", spec: str | None = None, storage: str 
             while not (state := client.read_flow_run(fr.id).state) or not state.is_final():
                 time.sleep(2)
     summary = finish_task(sw, parent)
-    r = summary["robustness"]
-    logger.info("robustness over %d trials: best %s, median %s, worst %s, IQR %s; best trial %s",
-                r["n_complete"], r["best"], r["median"], r["worst"], r["iqr"], summary.get("best_trial"))
+    create_markdown_artifact(summary["robustness_table"], key=f"robustness-{sw.spec.study_name}",
+                             description=f"dev span AUROC over the trials of {sw.spec.study_name}")
+    logger.info("robustness of %s (dev span AUROC; data/%s/sweeps/%s/robustness.md); best trial %s:\n%s",
+                sw.spec.study_name, backbone, sw.spec.study_name, summary.get("best_trial"),
+                summary["robustness_table"])
     return summary
 
 

@@ -9,7 +9,9 @@ PY=${PYTHON:-python3}
 # Browser tests (the web viewer, the HTML report) drive Debian's chromium: install it when missing.
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   echo "setup: installing Debian's chromium for the browser tests"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/tmp/spanuq-apt.log 2>&1 \
+  # bounded: a slow or unreachable mirror costs at most 10 minutes, then the browser tests are skipped
+  { timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq chromium; } \
+      >/tmp/spanuq-apt.log 2>&1 \
     || echo "setup: warning: could not install chromium (see /tmp/spanuq-apt.log); browser tests will be skipped" >&2
 fi
 stamp=.venv/.spanuq-setup
@@ -61,7 +63,7 @@ pip_install -e ".[offline,server,dev,reference,orchestration]"
   || { echo "setup: install incomplete" >&2; exit 1; }
 # The llama.cpp build proves itself: a chat prompt of >= 20 tokens answered in a child process
 # (a CPU the build does not fit dies with SIGILL/SIGSEGV there, not here).
-.venv/bin/python -m spanuq.llm.selfcheck \
+.venv/bin/python -m spanuq.llm.llamacpp \
   || echo "setup: warning: the llama.cpp build cannot answer a prompt on this CPU; generate.backend=auto falls back to transformers" >&2
 if .venv/bin/python -m pip list 2>/dev/null | grep -qi '^nvidia-' && ! command -v nvidia-smi >/dev/null; then
   echo "setup: warning: CUDA packages were installed on a CPU machine" >&2

@@ -104,9 +104,11 @@ def main(argv: list[str] | None = None) -> int:
             from .llm.presets import get_preset
 
             with LlamaCppServer(gguf_path(get_preset(cfg.backbone.name)), port=args.port, host=args.host) as srv:
-                print(f"serving {cfg.backbone.name} at {srv.base_url} (Ctrl-C to stop)", flush=True)
-                while srv.proc and srv.proc.poll() is None:
+                print(f"serving {cfg.backbone.name} at {srv.base_url} (it completed a test chat prompt; "
+                      f"log: {srv.log_path}; Ctrl-C to stop)", flush=True)
+                while srv.alive():
                     time.sleep(1)
+                srv.raise_if_dead()
     except KeyboardInterrupt:
         return 130
     except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:

@@ -123,7 +123,7 @@ class PromptsConfig(_Section):
 class GenerateConfig(_Section):
     """Greedy primary answer + S samples (paper §4.1)."""
 
-    backend: Literal["hf", "server", "vllm"] = "hf"
+    backend: Literal["auto", "hf", "server", "vllm"] = "hf"
     n_samples: int = 5
     max_new_tokens: int = 64  # the greedy answer's budget: large enough that answers end on their own
     # the samples' budget (None: max_new_tokens).  A sample cut off by it abstains on the claims it
@@ -290,8 +290,9 @@ class ScoreConfig(_Section):
 
     # how score(prompt) gets the answer's hidden states: llamacpp = generate with the llama.cpp
     # server on the shipped GGUF, then one teacher-forced pass; hf = capture them while
-    # transformers generates (no second pass). benchmarks/bench_score.py measures both.
-    generator: Literal["llamacpp", "hf"] = "llamacpp"
+    # transformers generates (no second pass); auto = llamacpp when its server proves itself on
+    # this machine (a real chat prompt), else hf with one warning. benchmarks/bench_score.py measures both.
+    generator: Literal["auto", "llamacpp", "hf"] = "auto"
     max_new_tokens: int = 128  # the answer's budget; generate.stop (stop strings) applies as in the pipeline
     server_threads: int | None = None
     validity_threshold: float | None = None  # None: the checkpoint's (chosen on dev); duplicates: evaluate.dup_iou

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
 QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_TELEMETRY_ENABLE_RESOURCE_METRICS": "false",
          "PREFECT_LOGGING_LEVEL": "WARNING", "MLFLOW_DISABLE_TELEMETRY": "true", "PREFECT_WORKER_QUERY_SECONDS": "2",
          "PREFECT_WORKER_PREFETCH_SECONDS": "2"}
@@ -72,7 +73,9 @@ def prefect_server(home: Path, env: dict):
     env = {**env, **QUIET, "PREFECT_HOME": str(home), "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
     home.mkdir(parents=True, exist_ok=True)
     log = home / "server.log"
-    with process([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)], env, log) as p:
+    # started in the repository, as a user does: its pyproject.toml turns on log streaming (`--watch` prints logs)
+    with process([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)], env, log,
+                 cwd=REPO) as p:
         wait_http(f"http://127.0.0.1:{port}/api/health", 180, p, log)
         yield env
 

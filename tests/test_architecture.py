@@ -20,9 +20,9 @@ LAYERS = {
     "the probe": ["spanuq.model"],
     "the stages that make the training data": ["spanuq.data", "spanuq.generate", "spanuq.label", "spanuq.features"],
     "the product": ["spanuq.score"],
-    "the stages that read a trained probe": ["spanuq.evaluate", "spanuq.train", "spanuq.baselines", "spanuq.sweep",
-                                             "spanuq.report"],
-    "entry points": ["spanuq.stages", "spanuq.cli", "spanuq"],
+    "the stages that read a trained probe": ["spanuq.evaluate", "spanuq.train", "spanuq.baselines", "spanuq.report"],
+    "what runs the stages": ["spanuq.stages", "spanuq.sweep"],
+    "entry points": ["spanuq.cli", "spanuq"],
 }
 RANK = {u: i for i, units in enumerate(LAYERS.values()) for u in units}
 # what `spanuq <stage>` runs before the stage's own code: dispatch, not part of any stage's result

@@ -150,3 +150,107 @@ def test_a_prompt_repeating_another_ones_text_gets_its_own_id(make_cfg):
     with pytest.raises(ValueError, match="'mine-1' appears twice"):
         generate_all(cfg, [mine[0], mine[2].model_copy(update={"id": "mine-1"})],
                      generator=FlakyGenerator(limit=99), progress=False)
+
+
+MORE = [Prompt(id=f"q{i}", domain="triviaqa", text=t) for i, t in enumerate([
+    "What is the capital of Australia?", "Who wrote Hamlet?", "What is the chemical symbol for sodium?",
+    "Who painted the Mona Lisa?", "What is the largest planet of the solar system?", "Who discovered penicillin?",
+    "In which year did the Berlin Wall fall?", "What is the boiling point of water in Celsius?"])]
+
+
+@pytest.mark.server
+def test_a_server_crash_mid_stage_names_the_crash_and_a_rerun_generates_nothing_twice(make_cfg, tmp_path):
+    """The stage's own llama.cpp server is killed by SIGSEGV after two prompts: the stage stops
+    with an error that says so (status, log tail), not "cannot reach"; the re-run generates only
+    what is missing."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    import psutil
+
+    from spanuq.pipeline.cache import ItemCache
+    from spanuq.pipeline.paths import StagePaths
+
+    overrides = ["generate.backend=server", "generate.launch_server=true", "generate.n_samples=1",
+                 "generate.max_new_tokens=12", "generate.sample_max_new_tokens=6", "generate.batch_size=1"]
+    cfg = make_cfg(*overrides)
+    paths = StagePaths.from_config(cfg)
+    write_jsonl(paths.prompts, MORE)
+    params = tmp_path / "params.yaml"
+    params.write_text(__import__("yaml").safe_dump(cfg.model_dump(mode="json")))
+    cache = ItemCache(paths.stage_cache("generate"))
+    cmd = [sys.executable, "-m", "spanuq.cli", "generate", "--no-progress", "-p", str(params)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = []
+
+    def kill_the_server_after_two_prompts():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            servers = [p for p in psutil.Process(proc.pid).children(recursive=True) if "llama_cpp.server" in _cmdline(p)]
+            if servers and len(list(paths.stage_cache("generate").glob("**/*.json"))) >= 2:
+                os.kill(servers[0].pid, signal.SIGSEGV)
+                killed.append(servers[0].pid)
+                return
+            time.sleep(0.1)
+
+    t = threading.Thread(target=kill_the_server_after_two_prompts)
+    t.start()
+    _, err = proc.communicate(timeout=600)
+    t.join()
+    assert killed and proc.returncode == 2, err
+    assert "was killed by SIGSEGV" in err and "llama-server.log" in err and "cannot reach" not in err, err
+    done = sum(1 for p in MORE if _cached(cache, cfg, p))
+    assert 2 <= done < len(MORE)
+    # the re-run resumes: what was generated before the crash is served from the cache
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    report = json.loads(paths.generate_report.read_text())
+    assert report["cached"] == done and report["generated"] == len(MORE) - done
+    assert len(read_records(paths.generations, Generation)) == len(MORE)
+
+
+def _cmdline(proc) -> str:
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return ""
+
+
+def _cached(cache, cfg, prompt) -> bool:
+    from spanuq.generate.stage import decoding_settings
+    from spanuq.llm.loading import chat_prompt, load_tokenizer
+    from spanuq.pipeline.cache import content_hash
+
+    chat = chat_prompt(load_tokenizer(cfg), prompt.text, cfg.backbone.system_prompt)
+    return content_hash({"backbone": cfg.backbone.name, "chat": chat, "decoding": decoding_settings(cfg),
+                         "seed": cfg.generate.seed, "v": 1}) in cache
+
+
+@pytest.mark.server
+def test_backend_auto_falls_back_to_transformers_with_one_warning_when_llama_cpp_cannot_run(
+        make_cfg, tmp_path, monkeypatch, caplog):
+    """A llama.cpp server that cannot run here (a model file it cannot load stands in for a build
+    that crashes on this CPU): `auto` generates with transformers and says why, once."""
+    import logging
+    import os
+
+    import spanuq.llm.loading
+    from spanuq.llm.loading import load_tokenizer
+
+    cfg = make_cfg("generate.backend=auto", "generate.launch_server=true", "generate.n_samples=1",
+                   "generate.max_new_tokens=8")
+    load_tokenizer(cfg)  # the transformers copy of the backbone exists before the GGUF is swapped
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + os.urandom(256))
+    monkeypatch.setattr(spanuq.llm.loading, "gguf_path", lambda preset: broken)
+    with caplog.at_level(logging.WARNING, logger="spanuq.generate.stage"):
+        gens, stats = generate_all(cfg, PROMPTS[:1], progress=False)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert stats["backend"] == "hf" and gens[0].greedy.text
+    assert len(warnings) == 1 and "llama.cpp server cannot run on this machine" in warnings[0]
+    assert "exited with status" in warnings[0]

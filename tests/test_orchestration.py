@@ -19,14 +19,16 @@ pytestmark = pytest.mark.slow
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_DISABLE_TELEMETRY": "true", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def _deploy_and_run(env, tmp, params: dict, workers: dict[str, int]) -> float:
+def _deploy_and_run(env, tmp, params: dict, workers: dict[str, int]) -> tuple[float, str]:
     """Pool + deployments, one worker per entry {node: slots}, then `prefect deployment run --watch`."""
     cli([str(BIN / "prefect"), "work-pool", "create", "spanuq", "--type", "process"], env)
     cli([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], env, cwd=REPO)  # every deployment of prefect.yaml
     stack = []
     try:
         for node, slots in workers.items():
-            wenv = {**env, "SPANUQ_NODE": node, "SPANUQ_GPU_SLOTS": str(slots), "SPANUQ_SLOT_DIR": str(tmp / f"slots-{node}")}
+            # flow runs log at INFO (a user's default): `--watch` shows what the flow logs
+            wenv = {**env, "SPANUQ_NODE": node, "SPANUQ_GPU_SLOTS": str(slots), "SPANUQ_SLOT_DIR": str(tmp / f"slots-{node}"),
+                    "PREFECT_LOGGING_LEVEL": "INFO"}
             ctx = process([str(BIN / "prefect"), "worker", "start", "--pool", "spanuq", "--limit", "1"],
                           wenv, tmp / f"worker-{node}.log", cwd=REPO)
             ctx.__enter__()
@@ -34,8 +36,9 @@ def _deploy_and_run(env, tmp, params: dict, workers: dict[str, int]) -> float:
         t0 = time.perf_counter()
         out = cli([str(BIN / "prefect"), "deployment", "run", "sweep/smollm2-135m", "--watch",
                    "--params", json.dumps(params)], env, timeout=1200)
+        (tmp / "watch.txt").write_text(out)
         assert "Completed" in out, out[-3000:]
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, out
     finally:
         for ctx in reversed(stack):  # workers before the server
             ctx.__exit__(None, None, None)
@@ -49,15 +52,16 @@ def deployed_sweep(tmp_path_factory):
     spec = write_sweep_file(tmp / "sweep.yaml", {"train.lr": [1e-3, 1e-5]}, study="deployed")
     storage, tracking = f"sqlite:///{tmp / 'optuna.db'}", f"sqlite:///{tmp / 'mlflow.db'}"
     params = {"spec": str(spec), "storage": storage, "overrides": [
-        f"paths.data={tmp / 'data'}", f"paths.cache={tmp / 'cache'}", f"mlflow.tracking_uri={tracking}"]}
+        f"paths.data={tmp / 'data'}", f"paths.cache={tmp / 'cache'}", f"mlflow.tracking_uri={tracking}",
+        "train.joint_epochs=2"]}  # the sweep file says 1: the run's word wins
     with prefect_server(tmp / "prefect", ENV) as env:
-        seconds = _deploy_and_run(env, tmp, params, {"w1": 2})
-    print(f"\nsweep/smollm2-135m deployment run (2 trials, 1 epoch): {seconds:.1f} s")
-    return tmp, storage, tracking
+        seconds, out = _deploy_and_run(env, tmp, params, {"w1": 2})
+    print(f"\nsweep/smollm2-135m deployment run (2 trials, 2 epochs): {seconds:.1f} s")
+    return tmp, storage, tracking, out
 
 
 def test_deployment_run_sweep_finishes_two_trials_nested_under_one_parent(deployed_sweep):
-    tmp, storage, tracking = deployed_sweep
+    tmp, storage, tracking, out = deployed_sweep
     trials = optuna.load_study(study_name="deployed", storage=storage).get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
     mlflow.set_tracking_uri(tracking)
@@ -71,10 +75,12 @@ def test_deployment_run_sweep_finishes_two_trials_nested_under_one_parent(deploy
     champion = client.get_model_version_by_alias("spanuq-smollm2-135m", "champion")
     assert champion.run_id == best.user_attrs["mlflow_run_id"]
     assert parents[0].data.metrics["robustness.best"] == pytest.approx(best.value)
+    assert {r.data.params["train.joint_epochs"] for r in children} == {"2"}  # the run's override won
+    assert "| Model | Best | Median | Worst | IQR" in out and "| smollm2-135m |" in out  # --watch shows the table
 
 
 def test_optuna_dashboard_and_mlflow_ui_serve_the_sweep(deployed_sweep):
-    tmp, storage, tracking = deployed_sweep
+    tmp, storage, tracking, _ = deployed_sweep
     p1, p2 = free_port(), free_port()
     with process([str(BIN / "optuna-dashboard"), storage, "--host", "127.0.0.1", "--port", str(p1)],
                  ENV, tmp / "dashboard.log") as dash, \
@@ -101,7 +107,7 @@ def test_two_workers_share_one_postgres_study_and_one_mlflow_server(tmp_path):
         with mlflow_server(tmp_path / "mlflow", ENV) as tracking, prefect_server(tmp_path / "prefect", ENV) as env:
             params = {"spec": str(spec), "storage": storage, "runners": 2, "overrides": [
                 f"paths.data={tmp_path / 'data'}", f"paths.cache={tmp_path / 'cache'}", f"mlflow.tracking_uri={tracking}"]}
-            seconds = _deploy_and_run(env, tmp_path, params, {"m1": 2, "m2": 2})
+            seconds, _ = _deploy_and_run(env, tmp_path, params, {"m1": 2, "m2": 2})
             print(f"\ntwo-worker sweep (4 trials, 3 epochs): {seconds:.1f} s")
             trials = optuna.load_study(study_name="multi", storage=storage).get_trials()
             mlflow.set_tracking_uri(tracking)

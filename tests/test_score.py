@@ -15,6 +15,29 @@ ANSWERS = [
 ]
 
 
+GRAPHEMES = "Paris 🇫🇷 and Berlin 🇩🇪 are capitals; the family 👩‍👩‍👧 of Jose\u0301 lives in Tōkyō 🇯🇵🇯🇵."
+
+
+def test_character_offsets_never_split_a_user_perceived_character(scorer):
+    """Flags (two regional indicators), ZWJ sequences and combining accents span several code
+    points, and byte-level BPE can put a token boundary inside them: no span offset may."""
+    import regex
+
+    from spanuq.llm.loading import token_offsets
+    from spanuq.model.postprocess import token_span_to_chars
+
+    clusters = {m.start() for m in regex.finditer(r"\X", GRAPHEMES)} | {len(GRAPHEMES)}
+    ids, offsets = token_offsets(scorer.tok, GRAPHEMES)
+    inside = {o for s, e in offsets for o in (s, e)} - clusters
+    assert inside, "the tokenizer must split some cluster, or this test checks nothing"
+    for b in range(len(ids)):  # every token span the probe could predict
+        for e in range(b, min(len(ids), b + 6)):
+            start, end = token_span_to_chars(GRAPHEMES, offsets, b, e)
+            assert start in clusters and end in clusters, (b, e, GRAPHEMES[start:end])
+    r = scorer.score("Which cities are capitals?", response=GRAPHEMES)
+    assert r.spans and all(s.start in clusters and s.end in clusters for s in r.spans)
+
+
 @pytest.mark.parametrize("answer", ANSWERS)
 def test_offsets_slice_the_original_string_back_to_each_span(scorer, answer):
     r = scorer.score("Tell me something true.", response=answer)

@@ -59,12 +59,39 @@ def test_score_answers_with_the_api_result_and_the_docs_are_served(service, scor
     ({"prompt": "Who?", "colour": "red"}, 422, "colour: Extra inputs are not permitted"),
     ({"text": "Who?"}, 422, "prompt: Field required"),
     (b"x" * 600_000, 413, "larger than"),
+    (b"[" * 10_000 + b"]" * 10_000, 400, "nests JSON too deeply"),
+    (b'{"prompt": ' + b'{"a": ' * 10_000 + b"1" + b"}" * 10_001, 400, "nests JSON too deeply"),
 ])
 def test_bad_requests_get_a_clear_4xx_and_the_service_stays_up(service, body, status, message):
     kw = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, bytes) else {"json": body}
     r = httpx.post(f"{service}/score", timeout=300, **kw)
     assert r.status_code == status and message in r.json()["detail"], r.text
     assert httpx.get(f"{service}/health").json()["status"] == "ok"
+
+
+@pytest.mark.parametrize("path", ["/render", "/score/batch"])
+def test_deeply_nested_json_is_a_400_on_every_endpoint(service, path):
+    r = httpx.post(f"{service}{path}", content=b"[" * 10_000 + b"]" * 10_000,
+                   headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 400 and "nests JSON too deeply" in r.json()["detail"], r.text
+
+
+def test_a_client_that_promises_a_body_and_hangs_up_costs_one_quiet_line(service, caplog):
+    import logging
+    import socket
+
+    host, port = service.removeprefix("http://").split(":")
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            with socket.create_connection((host, int(port)), timeout=10) as s:
+                s.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 5000\r\n\r\n{\"prompt\": \"Who")
+            time.sleep(0.5)
+        assert httpx.get(f"{service}/health").json()["status"] == "ok"
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+    quiet = [r for r in caplog.records if "disconnected before its request body arrived" in r.getMessage()]
+    assert len(quiet) == 3 and all(r.levelno == logging.INFO and not r.exc_info for r in quiet)
 
 
 def test_batch_scores_every_item_and_reports_each_items_error(service):

@@ -138,6 +138,16 @@ def test_sweep_runs_trials_in_processes_and_survives_a_crashing_configuration(tm
     assert mlflow.MlflowClient().get_run(parent).info.status == "FINISHED"
 
 
+def _cmdline(proc) -> str:
+    """A process's command line; "" for one that vanished, is a zombie or is not ours to read."""
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return ""
+
+
 def test_a_trial_process_killed_like_by_the_oom_killer_is_failed_with_its_exit_status(tmp_path):
     import os
     import signal
@@ -164,7 +174,7 @@ def test_a_trial_process_killed_like_by_the_oom_killer_is_failed_with_its_exit_s
     runner.start()
     deadline = time.monotonic() + 300
     while True:  # kill the trial process once its MLflow run exists (it is training)
-        kids = [p for p in psutil.Process().children() if "spanuq.sweep.trial" in " ".join(p.cmdline())]
+        kids = [p for p in psutil.Process().children() if "spanuq.sweep.trial" in _cmdline(p)]
         if kids and list(sw.out_dir.glob("trial-*/mlflow_run_id")):
             os.kill(kids[0].pid, signal.SIGKILL)
             break
@@ -176,3 +186,63 @@ def test_a_trial_process_killed_like_by_the_oom_killer_is_failed_with_its_exit_s
     assert "exited with status -9" in trial.user_attrs["error"]
     run = mlflow.MlflowClient().get_run((sw.out_dir / "trial-0000" / "mlflow_run_id").read_text())
     assert run.info.status == "FAILED" and "status -9" in run.data.tags["error"]
+
+
+def test_the_callers_overrides_win_over_the_sweep_file_and_a_searched_key_is_refused(tmp_path):
+    spec = REPO / "sweeps" / "smollm2-135m.yaml"
+    file_says = load_spec(spec).overrides
+    assert any(o.startswith("train.warmup_epochs=") for o in file_says)  # the file sets it ...
+    sw = Sweep.from_files(spec, f"sqlite:///{tmp_path / 'o.db'}", ["train.warmup_epochs=2", "train.joint_epochs=1"])
+    assert sw.base_config.train.warmup_epochs == 2 and sw.base_config.train.joint_epochs == 1  # ... the caller wins
+    from spanuq.sweep.trial import trial_config
+
+    point = sw.spec.grid()[0]
+    cfg = trial_config(sw.spec, point, sw.overrides)
+    assert cfg.train.warmup_epochs == 2 and cfg.train.joint_epochs == 1
+    searched = next(iter(sw.spec.space))
+    with pytest.raises(ValueError, match=f"{searched}.*the sweep searches"):
+        Sweep.from_files(spec, None, [f"{searched}=1"])
+    assert len(Sweep.from_files(spec, None, [], n_trials=2).spec.grid()) == 2  # the budget from the command line
+
+
+def test_a_sweep_of_a_backbone_that_cannot_run_here_refuses_up_front_and_leaves_nothing(tmp_path):
+    """`sweep/qwen3-8b` on a machine without its pipeline run, its weights or a GPU."""
+    import subprocess
+    import sys
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "SPANUQ_MODELS": str(tmp_path / "models")}
+    r = subprocess.run([sys.executable, "-m", "spanuq.sweep", str(REPO / "sweeps" / "qwen3-8b.yaml"),
+                        "--storage", storage, "-o", f"paths.data={tmp_path / 'data'}",
+                        "-o", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"],
+                       capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+    assert r.returncode == 2, r.stderr
+    err = r.stderr
+    assert "generations.jsonl" in err and "labels.jsonl" in err and "qwen3-8b cannot run on this machine" in err
+    assert "Qwen/Qwen3-8B" in err and "prefect deployment run pipeline/qwen3-8b --param preset=gpu-paper" in err
+    assert "Nothing was created" in err
+    assert optuna.study.get_all_study_summaries(storage) == []  # no empty study ...
+    assert not (tmp_path / "data").exists()  # ... no symlink, no feature folder
+    assert not (tmp_path / "mlflow.db").exists()  # ... no MLflow run
+
+
+def test_a_sweep_with_no_pipeline_run_makes_its_data_first_then_runs_its_trials(tmp_path):
+    """One command from nothing: the pipeline's upstream stages run (prompts → label, the same
+    `run_stage` calls as `dvc repro`), then the trial trains on what they made."""
+    from spanuq.sweep import run_sweep
+
+    spec = write_sweep_file(tmp_path / "sweep.yaml", {"train.lr": [1e-3]}, study="from-nothing")
+    storage, tracking = f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    summary = run_sweep(spec, storage, [
+        f"paths.data={tmp_path / 'data'}", f"paths.cache={tmp_path / 'cache'}", f"mlflow.tracking_uri={tracking}",
+        "prompts.n_prompts=10", "generate.backend=hf", "generate.n_samples=2", "generate.max_new_tokens=32",
+        "generate.sample_max_new_tokens=32"])
+    root = tmp_path / "data" / "smollm2-135m"
+    assert (root / "generations.jsonl").exists() and (root / "labels.jsonl").exists()
+    assert (root / "sweep-features").exists() or (root / "features").exists()
+    (trial,) = optuna.load_study(study_name="from-nothing", storage=storage).get_trials()
+    # 10 answers are enough to train on; whether 2 dev answers hold both classes to rank is luck
+    assert trial.state == TrialState.COMPLETE or "dev span AUROC is undefined" in trial.user_attrs["error"], trial.user_attrs
+    assert "| smollm2-135m |" in summary["robustness_table"]
+    run = mlflow.MlflowClient(tracking).get_run(trial.user_attrs["mlflow_run_id"])
+    assert run.data.tags["mlflow.parentRunId"] == summary["parent_run_id"]

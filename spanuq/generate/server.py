@@ -16,10 +16,13 @@ from .base import Completion
 class ServerGenerator:
     name = "server"
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, server=None):
+        """``server``: the `LlamaCppServer` this process started for us, if any: its death is
+        then reported as a crash (status or signal + log tail) instead of "cannot reach"."""
         g = cfg.generate
         self.cfg = g
-        self.client = OpenAIClient(g.server_url, g.api_key_env, g.timeout_s, g.max_retries)
+        liveness = (lambda: server.raise_if_dead(grace_s=2.0)) if server is not None else None
+        self.client = OpenAIClient(g.server_url, g.api_key_env, g.timeout_s, g.max_retries, liveness=liveness)
         models = self.client.check()  # fail fast, clearly, if the server is down
         self.model = g.server_model or (models[0] if models else "default")
 

@@ -42,8 +42,10 @@ def decoding_settings(cfg: Config) -> dict:
     }
 
 
-def make_generator(cfg: Config) -> Generator:
-    """The backend named by ``generate.backend``, imported on first use (a backend imports only `base`)."""
+def make_generator(cfg: Config, server=None) -> Generator:
+    """The backend named by ``generate.backend`` (resolved: not ``auto``), imported on first use (a
+    backend imports only `base`); ``server`` is the llama.cpp server started for a ``server``
+    backend, watched for crashes."""
     kind = cfg.generate.backend
     if kind == "hf":
         from .hf import HFGenerator
@@ -52,7 +54,7 @@ def make_generator(cfg: Config) -> Generator:
     if kind == "server":
         from .server import ServerGenerator
 
-        return ServerGenerator(cfg)
+        return ServerGenerator(cfg, server=server)
     if kind == "vllm":
         from .vllm import VLLMGenerator
 
@@ -62,29 +64,76 @@ def make_generator(cfg: Config) -> Generator:
 
 @contextmanager
 def open_generator(cfg: Config) -> Iterator[Generator]:
-    """The configured backend; with ``backend=server, launch_server=true`` a managed
-    llama.cpp server on the backbone's shipped GGUF runs for the duration."""
-    g = cfg.generate
-    if g.backend == "server" and g.launch_server:
-        from ..llm.llamacpp import LlamaCppServer
-        from ..llm.loading import gguf_path
-        from ..llm.presets import get_preset
+    """The configured backend, open for the duration.
 
-        preset = get_preset(cfg.backbone.name)
-        if not preset.gguf_package:
-            raise ValueError(f"generate.launch_server needs a GGUF backbone; {preset.name} has none "
-                             "(start `vllm serve` yourself and set generate.server_url)")
-        log_path = StagePaths.from_config(cfg).stage_cache("generate").parent / "llama-server.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with LlamaCppServer(gguf_path(preset), n_threads=g.server_threads, log_path=log_path) as srv:
-            cfg = cfg.model_copy(update={"generate": g.model_copy(update={"server_url": srv.base_url})})
-            gen = make_generator(cfg)
-            try:
-                yield gen
-            finally:
-                gen.close()
+    ``backend=server`` with ``launch_server``: a managed llama.cpp server on the backbone's
+    shipped GGUF runs for the duration (it proves itself on a real prompt first; if it dies
+    later, the stage's error says how, with its log's tail).  ``backend=auto``: that server
+    when it proves itself on this machine, otherwise transformers (``hf``) with one warning
+    line saying why; for a backbone without a GGUF, vLLM on a GPU, else transformers."""
+    g = cfg.generate
+    backend = resolve_auto_backend(cfg) if g.backend == "auto" else g.backend
+    if backend == "server" and g.launch_server:
+        with _managed_server(cfg, fall_back=g.backend == "auto") as srv:
+            if srv is not None:
+                cfg = cfg.model_copy(update={"generate": g.model_copy(update={"backend": "server",
+                                                                                "server_url": srv.base_url})})
+                with _opened(make_generator(cfg, server=srv)) as gen:
+                    yield gen
+                return
+        backend = "hf"  # auto, and the llama.cpp server cannot run here
+    cfg = cfg.model_copy(update={"generate": g.model_copy(update={"backend": backend})})
+    with _opened(make_generator(cfg)) as gen:
+        yield gen
+
+
+def resolve_auto_backend(cfg: Config) -> str:
+    """``auto`` before any server is tried: the llama.cpp server for a GGUF backbone (or any
+    OpenAI-compatible server at ``generate.server_url`` when ``launch_server`` is off), vLLM
+    on a GPU for other backbones when it is installed, else transformers."""
+    import importlib.util
+
+    from ..llm.presets import get_preset
+
+    if not cfg.generate.launch_server:
+        return "server"
+    if get_preset(cfg.backbone.name).gguf_package:
+        return "server"
+    import torch
+
+    return "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") else "hf"
+
+
+@contextmanager
+def _managed_server(cfg: Config, fall_back: bool):
+    """The llama.cpp server for this stage; with ``fall_back``, None (and one warning) when it cannot run."""
+    from ..llm.llamacpp import LlamaCppServer, ServerCrashed
+    from ..llm.loading import gguf_path
+    from ..llm.presets import get_preset
+
+    preset = get_preset(cfg.backbone.name)
+    if not preset.gguf_package:
+        raise ValueError(f"generate.launch_server needs a GGUF backbone; {preset.name} has none "
+                         "(start `vllm serve` yourself and set generate.server_url)")
+    log_path = StagePaths.from_config(cfg).stage_cache("generate").parent / "llama-server.log"
+    srv = LlamaCppServer(gguf_path(preset), n_threads=cfg.generate.server_threads, log_path=log_path)
+    try:
+        srv.start()
+    except (ServerCrashed, RuntimeError, TimeoutError) as e:
+        if not fall_back:
+            raise
+        log.warning("generate.backend=auto: the llama.cpp server cannot run on this machine (%s); "
+                    "generating with transformers (hf) instead", str(e).splitlines()[0])
+        yield None
         return
-    gen = make_generator(cfg)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@contextmanager
+def _opened(gen: Generator) -> Iterator[Generator]:
     try:
         yield gen
     finally:
@@ -126,6 +175,7 @@ def generate_all(cfg: Config, prompts: list[Prompt], generator: Generator | None
              "generated_tokens": 0, "generate_seconds": 0.0}
     if todo:
         with (open_generator(cfg) if generator is None else _borrowed(generator)) as gen:
+            stats["backend"] = gen.name
             bs = max(1, cfg.generate.batch_size)
             bar = tqdm(total=len(todo), desc=f"generate[{gen.name}]", unit="prompt", disable=not progress)
             for s in range(0, len(todo), bs):

@@ -11,7 +11,7 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -58,6 +58,9 @@ class OpenAIClient:
     max_retries: int = 4
     backoff_s: float = 1.0
     stats: CallStats = field(default_factory=CallStats)
+    # called on every transport error, before a retry: raises if the server is known to be dead
+    # (`LlamaCppServer.raise_if_dead`), so a crash is reported as a crash, not as "cannot reach"
+    liveness: Callable[[], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
@@ -81,6 +84,8 @@ class OpenAIClient:
             r = self._http.get(f"{self.base_url}/models", timeout=min(self.timeout_s, 10))
             r.raise_for_status()
         except httpx.TransportError as e:
+            if self.liveness:
+                self.liveness()
             raise EndpointUnreachable(
                 f"cannot reach the OpenAI-compatible server at {self.base_url} ({type(e).__name__}); "
                 "is it running? (e.g. `spanuq llama-server`, `vllm serve MODEL`)"
@@ -101,14 +106,16 @@ class OpenAIClient:
             self.stats.calls += 1
             try:
                 r = self._http.post(url, json=payload)
-            except httpx.ConnectError as e:
+            except httpx.TransportError as e:
+                if self.liveness:
+                    self.liveness()
+                if not isinstance(e, httpx.ConnectError):  # timeouts, resets
+                    last = f"{e.__class__.__name__}"
+                    continue
                 last = f"connection failed ({e.__class__.__name__})"
                 if attempt == self.max_retries:
                     self.stats.failures += 1
                     raise EndpointUnreachable(f"cannot reach {url}: {last}") from None
-                continue
-            except httpx.TransportError as e:  # timeouts, resets
-                last = f"{e.__class__.__name__}"
                 continue
             if r.status_code in RETRYABLE_STATUS:
                 last = f"HTTP {r.status_code}"

@@ -9,7 +9,7 @@ everywhere.  For query i of an answer of T tokens:
 * token span (b, e) = (⌊b̂T⌋, ⌈êT⌉ − 1), inclusive, grown to whole words when the answer's
   text and token offsets are known (`snap_token_span`);
 * its characters [start, end) in the answer (`token_span_to_chars`: edge spaces trimmed,
-  never inside a user-perceived character), when the text is known;
+  never inside a user-perceived character, `snap_to_graphemes`), when the text is known;
 * ``u_raw``: the Mixture-of-Beta mean û; ``u``: σ(logit(û)/T) with the checkpoint's
   temperature (`Calibration`); ``u_seq`` likewise; ν and the validity p;
 * ``keep``: the queries shown — p ≥ the threshold, then greedy duplicate suppression by p
@@ -140,13 +140,35 @@ def snap_token_span(offsets: Sequence[tuple[int, int]], text: str, b: int, e: in
 
 def token_span_to_chars(text: str, offsets: Sequence[tuple[int, int]], tok_start: int, tok_end: int
                         ) -> tuple[int, int]:
-    """Characters [start, end) of the inclusive token span, without edge whitespace
-    (the inverse of `spanuq.label.targets.char_span_to_tokens`, for showing spans in the text)."""
-    start, end = offsets[tok_start][0], offsets[tok_end][1]
+    """Characters [start, end) of the inclusive token span, without edge whitespace and never
+    inside a grapheme cluster (the inverse of `spanuq.label.targets.char_span_to_tokens`, for
+    showing spans in the text)."""
+    start, end = snap_to_graphemes(text, offsets[tok_start][0], offsets[tok_end][1])
     while start < end and text[start].isspace():
         start += 1
     while end > start and text[end - 1].isspace():
         end -= 1
+    return start, end
+
+
+def snap_to_graphemes(text: str, start: int, end: int) -> tuple[int, int]:
+    """[start, end) grown to whole user-perceived characters (Unicode extended grapheme clusters).
+
+    A token boundary can fall inside one: 🇫🇷 is two code points (regional indicators), 👩‍👧 three
+    joined by U+200D, "é" may be e + U+0301; a span offset between them would show half a flag.
+    Pure-ASCII text has no multi-code-point clusters and is returned as is."""
+    if text.isascii() or not text:
+        return start, end
+    import regex  # the `regex` package's \X matches one extended grapheme cluster
+
+    for m in regex.finditer(r"\X", text):
+        a, b = m.span()
+        if a < start < b:
+            start = a
+        if a < end < b:
+            end = b
+        if a >= end:
+            break
     return start, end
 
 

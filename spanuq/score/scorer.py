@@ -170,27 +170,58 @@ class SpanUQ:
 
     # ---------------------------------------------------------------- generation
     def _generate_llamacpp(self, chat: str) -> tuple[str, bool]:
-        from ..generate.server import ServerGenerator
+        from ..llm.llamacpp import ServerCrashed
 
-        if self._server is not None and (self._server.proc is None or self._server.proc.poll() is not None):
-            log.warning("the llama.cpp server stopped; starting a new one")
+        if self._server is not None and not self._server.alive():
+            log.warning("%s; starting a new one", self._server.crash_report() or "the llama.cpp server stopped")
             self.close()
         try:
             if self._server is None:
-                from ..llm.llamacpp import LlamaCppServer
-                from ..llm.loading import gguf_path
-                from ..llm.presets import get_preset
-
-                self._server = LlamaCppServer(gguf_path(get_preset(self.backbone_name)), n_ctx=LLAMACPP_CTX,
-                                              n_threads=self.cfg.score.server_threads).start()
-                g = self.cfg.generate.model_copy(update={"backend": "server", "server_url": self._server.base_url,
-                                                         "max_new_tokens": self.cfg.score.max_new_tokens,
-                                                         "api_key_env": None, "server_model": None})
-                self._client = ServerGenerator(self.cfg.model_copy(update={"generate": g}))
+                self._start_server()
             c = self._client.greedy([chat])[0]
+        except ServerCrashed as e:
+            self.close()
+            raise GenerationError(f"generation failed: {e}") from e
         except Exception as e:  # noqa: BLE001 - this item fails, the others are scored
+            if self._server is not None and not self._server.alive():
+                report = self._server.crash_report()
+                self.close()
+                raise GenerationError(f"generation failed: {report}") from e
             raise GenerationError(f"generation failed: {type(e).__name__}: {e}") from e
         return c.text, c.finish_reason == "length"
+
+    def _resolve_generator(self) -> str:
+        """``auto`` → ``llamacpp`` once its server has proved itself here, else ``hf`` (one warning)."""
+        if self.generator != "auto":
+            return self.generator
+        from ..llm.presets import get_preset
+
+        if not get_preset(self.backbone_name).gguf_package:
+            self.generator = "hf"
+            return self.generator
+        try:
+            self._start_server()
+            self.generator = "llamacpp"
+        except (RuntimeError, TimeoutError, OSError) as e:  # ServerCrashed is a RuntimeError
+            log.warning("score.generator=auto: the llama.cpp server cannot run on this machine (%s); "
+                        "generating with transformers (hf) instead", str(e).splitlines()[0])
+            self.close()
+            self.generator = "hf"
+        return self.generator
+
+    def _start_server(self) -> None:
+        """Start the managed llama.cpp server (it proves itself on a real prompt) and its client."""
+        from ..generate.server import ServerGenerator
+        from ..llm.llamacpp import LlamaCppServer
+        from ..llm.loading import gguf_path
+        from ..llm.presets import get_preset
+
+        self._server = LlamaCppServer(gguf_path(get_preset(self.backbone_name)), n_ctx=LLAMACPP_CTX,
+                                      n_threads=self.cfg.score.server_threads).start()
+        g = self.cfg.generate.model_copy(update={"backend": "server", "server_url": self._server.base_url,
+                                                 "max_new_tokens": self.cfg.score.max_new_tokens,
+                                                 "api_key_env": None, "server_model": None})
+        self._client = ServerGenerator(self.cfg.model_copy(update={"generate": g}), server=self._server)
 
     # ---------------------------------------------------------------- scoring
     def score(self, prompt: str, response: str | None = None) -> ScoreResult:
@@ -223,17 +254,18 @@ class SpanUQ:
                       "source": "given", "generator": None}
                 if r.response is None:
                     self._check_context(n_prompt, self.cfg.score.max_new_tokens, "generation")
-                    if self.generator == "llamacpp" and n_prompt + self.cfg.score.max_new_tokens > LLAMACPP_CTX:
+                    generator = self._resolve_generator()
+                    if generator == "llamacpp" and n_prompt + self.cfg.score.max_new_tokens > LLAMACPP_CTX:
                         raise InputError(f"the prompt has {n_prompt:,} tokens; with {self.cfg.score.max_new_tokens} "
                                          f"new tokens that exceeds the llama.cpp context of {LLAMACPP_CTX:,}")
                     t0 = time.perf_counter()
-                    if self.generator == "hf":
+                    if generator == "hf":
                         g = generate_with_states(self.model, self.tok, chat, self.layers, self.cfg.score.max_new_tokens,
                                                  self.out_dtype, stop=self.cfg.generate.stop)
                         answer, st["truncated"], st["item"] = g.text, g.truncated, g.item
                     else:
                         answer, st["truncated"] = self._generate_llamacpp(chat)
-                    st.update(gen_s=time.perf_counter() - t0, source="generated", generator=self.generator)
+                    st.update(gen_s=time.perf_counter() - t0, source="generated", generator=generator)
                     if not answer.strip():
                         raise InputError(f"{self.backbone_name} gave an empty answer; nothing to score", 422)
                 else:

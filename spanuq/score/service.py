@@ -25,8 +25,9 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 
 from ..config import ScoreConfig
 from .schema import BatchRequest, BatchResponse, ItemError, ScoreRequest, ScoreResult
@@ -94,14 +95,25 @@ class ScoringWorker:
         self._thread.join(timeout=30)
 
 
+class ClientGone(Exception):
+    """The client disconnected before its request body arrived: nobody is left to answer."""
+
+
 async def _json_body(request: Request, limit: int):
-    if int(request.headers.get("content-length") or 0) > limit:
+    try:
+        declared = int(request.headers.get("content-length") or 0)
+    except ValueError:
+        raise HTTPError(400, "the Content-Length header is not a number") from None
+    if declared > limit:
         raise HTTPError(413, f"request body larger than {limit:,} bytes (score.max_body_bytes)")
     body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise HTTPError(413, f"request body larger than {limit:,} bytes (score.max_body_bytes)")
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise HTTPError(413, f"request body larger than {limit:,} bytes (score.max_body_bytes)")
+    except ClientDisconnect:
+        raise ClientGone() from None
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -110,11 +122,15 @@ async def _json_body(request: Request, limit: int):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise HTTPError(400, f"the request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise HTTPError(400, "the request body nests JSON too deeply") from None
 
 
 def _validate(model, data):
     try:
         return model.model_validate(data)
+    except RecursionError:
+        raise HTTPError(400, "the request body nests JSON too deeply") from None
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(map(str, err["loc"])) or "body"
@@ -149,6 +165,12 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
     @app.exception_handler(HTTPError)
     async def _http_error(request: Request, e: HTTPError):
         return JSONResponse({"detail": e.message}, status_code=e.status)
+
+    @app.exception_handler(ClientGone)
+    async def _client_gone(request: Request, e: ClientGone):
+        client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+        log.info("%s disconnected before its request body arrived (%s %s)", client, request.method, request.url.path)
+        return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
 
     async def _score(reqs: list[ScoreRequest]) -> list:
         return await asyncio.wrap_future(worker.submit(reqs))

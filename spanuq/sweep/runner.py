@@ -33,6 +33,7 @@ from ..pipeline.paths import StagePaths
 from .slots import hold_slot, node_name, visible_slots
 from .spec import SweepSpec, encode, load_spec
 from .study import PARENT_RUN_ATTR, claim_trial, enqueue_grid, open_study, trial_by_id, unfinished
+from .upstream import UpstreamMissing, check_upstream, missing_inputs
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +50,29 @@ class Sweep:
     storage: str = field(default_factory=default_storage)
     overrides: list[str] = field(default_factory=list)  # e.g. paths.data=..., mlflow.tracking_uri=...
 
+    def __post_init__(self) -> None:
+        searched = [o for o in self.overrides if o.split("=", 1)[0].strip() in self.spec.space]
+        if searched:
+            raise ValueError(f"{', '.join(searched)}: the sweep searches {'these keys' if len(searched) > 1 else 'this key'} "
+                             f"({self.spec_path.name}'s space); narrow the space in the sweep file instead of "
+                             "overriding it for every trial")
+
     @classmethod
-    def from_files(cls, spec_path: str | Path, storage: str | None = None, overrides: list[str] | None = None) -> "Sweep":
-        return cls(load_spec(spec_path), Path(spec_path).resolve(), storage or default_storage(), list(overrides or []))
+    def from_files(cls, spec_path: str | Path, storage: str | None = None, overrides: list[str] | None = None,
+                   n_trials: int | None = None) -> "Sweep":
+        """The sweep of ``spec_path``; the caller's ``overrides`` win over the file's (a key the
+        space searches is refused), ``n_trials`` (if given) over its budget."""
+        spec = load_spec(spec_path)
+        if n_trials is not None:
+            if n_trials < 1:
+                raise ValueError(f"n_trials must be >= 1, got {n_trials}")
+            spec = spec.model_copy(update={"n_trials": n_trials})
+        return cls(spec, Path(spec_path).resolve(), storage or default_storage(), list(overrides or []))
 
     @property
     def base_config(self) -> Config:
-        return load_config(self.spec.params, [*self.overrides, *self.spec.overrides], self.spec.preset)
+        """The params file + preset, the sweep file's overrides, then the caller's (the caller's word wins)."""
+        return load_config(self.spec.params, [*self.spec.overrides, *self.overrides], self.spec.preset)
 
     @property
     def out_dir(self) -> Path:
@@ -66,16 +83,35 @@ class Sweep:
         return open_study(self.spec, self.storage)
 
 
-def prepare(sw: Sweep, progress: bool = False) -> str:
-    """Create (or reopen) the study, queue the grid, extract missing layer sets; returns the parent run id."""
-    from ..pipeline import tracking
-    from .trial import ensure_features, trial_config
+def layer_configs(sw: Sweep) -> list[Config]:
+    """One trial config per layer set the space names (each needs its own extracted features)."""
+    from .trial import trial_config
 
+    return [trial_config(sw.spec, {} if layers is None else {"backbone.layers": encode(layers)}, sw.overrides)
+            for layers in sw.spec.space.get("backbone.layers", [None])]
+
+
+def upstream_stages(sw: Sweep, run_upstream: bool = True) -> list[str]:
+    """The pipeline stages to run before this sweep can start (`spanuq.sweep.upstream`); raises
+    `UpstreamMissing` — before anything is created — when its inputs cannot be made here."""
+    return check_upstream(sw.base_config, f"the sweep {sw.spec.study_name}", run_upstream, layer_configs(sw))
+
+
+def prepare(sw: Sweep, progress: bool = False) -> str:
+    """Create (or reopen) the study, queue the grid, extract missing layer sets; returns the parent run id.
+
+    Its inputs (the pipeline's generations and labels) must exist: `upstream_stages` says what to run first."""
+    from ..pipeline import tracking
+    from .trial import ensure_features
+
+    configs = layer_configs(sw)
+    missing = missing_inputs(sw.base_config, configs)
+    if missing:
+        raise UpstreamMissing(f"the sweep {sw.spec.study_name} trains on {' and '.join(map(str, missing))}, not made "
+                              "yet: run the pipeline's upstream stages first (`upstream_stages`)")
+    for cfg in configs:  # each layer set the space names needs its features
+        ensure_features(cfg, progress=progress)
     study = sw.study()
-    layer_choices = sw.spec.space.get("backbone.layers", [None])
-    for layers in layer_choices:  # each layer set the space names needs its features
-        params = {} if layers is None else {"backbone.layers": encode(layers)}
-        ensure_features(trial_config(sw.spec, params, sw.overrides), progress=progress)
     if sw.spec.sampler == "grid":
         added = enqueue_grid(study, sw.spec)
         log.info("queued %d configurations in study %s", added, sw.spec.study_name)
@@ -259,7 +295,8 @@ def finish(sw: Sweep, parent_run_id: str) -> dict[str, Any]:
     client.log_artifact(parent_run_id, str(out / "robustness.json"))
     client.log_artifact(parent_run_id, str(out / "robustness.md"))
     summary: dict[str, Any] = {"study": sw.spec.study_name, "parent_run_id": parent_run_id,
-                               "robustness": {k: v for k, v in r.items() if k != "trials"}}
+                               "robustness": {k: v for k, v in r.items() if k != "trials"},
+                               "robustness_table": robustness_markdown(sw.spec.backbone, r)}
     if r["n_complete"]:
         best = study.best_trial
         summary.update(best_trial=best.number, best_dev_auroc=best.value, best_params=best.params)
@@ -276,9 +313,16 @@ def finish(sw: Sweep, parent_run_id: str) -> dict[str, Any]:
 
 
 def run_sweep(spec_path: str | Path, storage: str | None = None, overrides: list[str] | None = None,
-              n_lanes: int | None = None) -> dict[str, Any]:
-    """The whole sweep on this machine, without Prefect (``python -m spanuq.sweep``)."""
-    sw = Sweep.from_files(spec_path, storage, overrides)
+              n_lanes: int | None = None, n_trials: int | None = None, run_upstream: bool = True,
+              progress: bool = False) -> dict[str, Any]:
+    """The whole sweep on this machine, without Prefect (``python -m spanuq.sweep``): the
+    pipeline's upstream stages first when their outputs are missing, then the trials."""
+    from ..stages import run_stage
+
+    sw = Sweep.from_files(spec_path, storage, overrides, n_trials)
+    for name in upstream_stages(sw, run_upstream):
+        log.info("sweep %s: running the pipeline's %s stage first", sw.spec.study_name, name)
+        run_stage(name, sw.base_config, progress=progress)
     parent = prepare(sw)
     run_lanes(sw, parent, n_lanes)
     return finish(sw, parent)

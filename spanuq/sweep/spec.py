@@ -79,7 +79,8 @@ def decode(value: Any) -> Any:
 
 
 def trial_overrides(spec: SweepSpec, params: dict[str, Any]) -> list[str]:
-    """The trial's ``KEY=VALUE`` overrides: the sweep's fixed ones, then the trial's params."""
+    """The trial's ``KEY=VALUE`` overrides: the sweep file's fixed ones, then the trial's params
+    (a caller's overrides come after these: `spanuq.sweep.trial.trial_config`)."""
     return [*spec.overrides, *(f"{k}={json.dumps(decode(v))}" for k, v in params.items())]
 
 

@@ -56,8 +56,10 @@ def make_storage(url: str, spec: SweepSpec) -> optuna.storages.RDBStorage:
 
 
 def _sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
-    if spec.sampler == "grid":
-        return optuna.samplers.GridSampler({k: spec.optuna_choices(k) for k in spec.space}, seed=spec.seed)
+    """A grid is enqueued whole by the coordinator (`enqueue_grid`) and claimed trial by trial
+    (`claim_trial`), so no sampler picks its points; Optuna's GridSampler is not used because
+    its ``after_trial`` hook reads its own per-trial ``grid_id`` (which enqueued trials lack) and
+    raised KeyError when a grid had one point left."""
     if spec.sampler == "tpe":
         return optuna.samplers.TPESampler(seed=spec.seed)
     return optuna.samplers.RandomSampler(seed=spec.seed)

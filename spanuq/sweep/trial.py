@@ -53,6 +53,8 @@ def ensure_features(cfg: Config, progress: bool = False) -> Path:
     paths = StagePaths.from_config(cfg)
     sub = d.parent  # <root>/sweep-features/L../<backbone>
     sub.mkdir(parents=True, exist_ok=True)
+    if not paths.generations.exists():
+        raise FileNotFoundError(f"{paths.generations} does not exist: run the pipeline's generate stage first")
     link = sub / "generations.jsonl"
     if not link.exists():
         link.symlink_to(paths.generations.resolve())
@@ -62,8 +64,9 @@ def ensure_features(cfg: Config, progress: bool = False) -> Path:
 
 
 def trial_config(spec: SweepSpec, params: dict[str, Any], overrides: list[str] = ()) -> Config:
-    """The trial's config: the sweep's params file + preset, the caller's overrides, the trial's params."""
-    return load_config(spec.params, [*overrides, *trial_overrides(spec, params)], spec.preset)
+    """The trial's config: the sweep's params file + preset, its fixed overrides, the trial's
+    params, then the caller's overrides (which never name a searched key: `Sweep` refuses that)."""
+    return load_config(spec.params, [*trial_overrides(spec, params), *overrides], spec.preset)
 
 
 def _numbers(prefix: str, metrics: dict) -> dict[str, float]:
