@@ -12,8 +12,9 @@ setup:
 repro: setup  ## set up, then run the whole default pipeline on CPU
 	@touch .venv/.repro-start
 	dvc repro
-	@# the evaluate stage prints the table when it runs; show it when everything was up to date
-	@[ -n "$$(find data -name metrics.json -newer .venv/.repro-start 2>/dev/null)" ] || python -m spanuq.evaluate.table
+	@# the report stage prints the table (SpanUQ beside the floors and every baseline) when it runs;
+	@# show it when everything was up to date
+	@[ -n "$$(find data -path '*/report/index.html' -newer .venv/.repro-start 2>/dev/null)" ] || python -m spanuq.report
 
 test: setup  ## the default test suite (slow end-to-end runs excluded)
 	python -m pytest -q --durations=15

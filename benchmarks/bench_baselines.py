@@ -22,9 +22,9 @@ from spanuq.baselines.cost import time_decoding, time_spanuq
 from spanuq.baselines.stage import Shared, add_costs, run_method, spanuq_vs_selfcheck
 from spanuq.config import load_config
 from spanuq.features.dataset import load_examples
-from spanuq.llm import resolve_device
-from spanuq.model import load_checkpoint
-from spanuq.paths import StagePaths
+from spanuq.llm.loading import resolve_device
+from spanuq.model.checkpoint import load_checkpoint
+from spanuq.pipeline.paths import StagePaths
 
 
 def main() -> None:
@@ -46,9 +46,9 @@ def main() -> None:
     shared = Shared(cfg, context)
     rows = {m: run_method(m, cfg, shared, train, dev, test)[0] for m in methods}
     device = resolve_device(cfg.train.device)
-    probe, _ = load_checkpoint(paths.probe, device)
+    ckpt = load_checkpoint(paths.probe, device)
     model, tok = shared.backbone()
-    cost = {"spanuq": time_spanuq(cfg, model, tok, probe, test, infos, device),
+    cost = {"spanuq": time_spanuq(cfg, model, tok, ckpt.probe, ckpt.calibration, test, infos, device),
             "decoding": time_decoding(cfg, infos[:n_cost]) if n_cost else {}}
     add_costs(rows, cost, float(np.mean([sum(i.sample_tokens) for i in infos])), cfg.generate.n_samples)
     su, dec = cost["spanuq"], cost["decoding"]

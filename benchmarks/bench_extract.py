@@ -22,11 +22,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from spanuq.backbones import get_preset  # noqa: E402
 from spanuq.config import load_config  # noqa: E402
-from spanuq.features.extract import extract_batch, fused_layers  # noqa: E402
 from spanuq.features.store import ShardWriter  # noqa: E402
-from spanuq.llm import chat_prompt, load_backbone, response_token_ids  # noqa: E402
+from spanuq.llm.loading import chat_prompt, load_backbone, response_token_ids  # noqa: E402
+from spanuq.llm.presets import get_preset  # noqa: E402
+from spanuq.llm.presets import fused_layers  # noqa: E402
+from spanuq.llm.states import extract_batch  # noqa: E402
 
 TEXT = ("Marie Curie was a Polish and naturalised-French physicist and chemist who conducted pioneering "
         "research on radioactivity. She was the first woman to win a Nobel Prize, the first person to win "

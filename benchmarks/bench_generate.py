@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from spanuq.config import load_config  # noqa: E402
 from spanuq.generate.stage import open_generator, prompt_seed  # noqa: E402
-from spanuq.llm import chat_prompt, load_tokenizer  # noqa: E402
+from spanuq.llm.loading import chat_prompt, load_tokenizer  # noqa: E402
 
 QUESTIONS = [
     "What is the capital of Australia?", "Who discovered penicillin?", "Tell me a bio of Marie Curie.",

@@ -7,7 +7,7 @@ timings depend on shapes, not on weights), in bf16 on the GPU.  Measured, after 
 
   * greedy generation of T new tokens at batch 1 with transformers ``generate``
     (vLLM's paged attention and CUDA graphs are faster; this is the in-process path);
-  * teacher-forced extraction (`teacher_forced_ids` + `fuse`, the extract stage's own code)
+  * teacher-forced extraction (`teacher_forced_ids` + `feature_items`, the extract stage's own code)
     at batch B: response tokens/s, bytes stored per token, peak GPU memory;
   * the paper-size probe (ProbeConfig defaults): forward time per response at batch 1,
     throughput at batch B, the UCIR overhead and the probe / generation ratio;
@@ -27,10 +27,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spanuq.backbones import get_preset  # noqa: E402
 from spanuq.config import LossConfig, ProbeConfig  # noqa: E402
-from spanuq.features.extract import fuse, teacher_forced_ids  # noqa: E402
-from spanuq.model import HungarianMatcher, SetCriterion, SpanUQProbe  # noqa: E402
+from spanuq.llm.presets import get_preset  # noqa: E402
+from spanuq.llm.states import feature_items, teacher_forced_ids  # noqa: E402
+from spanuq.model.losses import SetCriterion  # noqa: E402
+from spanuq.model.matcher import HungarianMatcher  # noqa: E402
+from spanuq.model.probe import SpanUQProbe  # noqa: E402
 
 # Architectures of the hub backbones (their published config.json), enough to build
 # them with random weights for timing.
@@ -135,7 +137,7 @@ def main() -> None:
     items = []
 
     def extract():
-        items[:] = fuse(teacher_forced_ids(model, prompts, resps, 0, layers), resps, torch.bfloat16)
+        items[:] = feature_items(teacher_forced_ids(model, prompts, resps, 0, layers), resps, torch.bfloat16)
 
     ext_s, _ = cuda_time(extract, args.repeats)
     n_tok = sum(len(r) for r in resps)

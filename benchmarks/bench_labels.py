@@ -35,8 +35,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from spanuq.config import load_config  # noqa: E402
-from spanuq.io import read_records  # noqa: E402
-from spanuq.records import Generation, Prompt, Sample  # noqa: E402
+from spanuq.pipeline.files import read_records  # noqa: E402
+from spanuq.pipeline.records import Generation, Prompt, Sample  # noqa: E402
 
 
 def cut(gen: Generation, n_samples: int, budget: int, tok) -> Generation:
@@ -92,8 +92,8 @@ def main() -> None:
     from spanuq.label.align import make_aligner
     from spanuq.label.offline import OfflineLabeller
     from spanuq.label.truth import truth_check
-    from spanuq.evaluate.metrics import is_positive
-    from spanuq.llm import load_tokenizer
+    from spanuq.metrics.uq import is_positive
+    from spanuq.llm.loading import load_tokenizer
     import numpy as np
 
     base = load_config(REPO / "params.yaml")

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import torch
 
-from spanuq.backbones import get_preset
 from spanuq.config import LossConfig, ProbeConfig, load_config
-from spanuq.model import SetCriterion, SpanUQProbe
+from spanuq.llm.presets import get_preset
+from spanuq.model.losses import SetCriterion
+from spanuq.model.probe import SpanUQProbe
 
 # the paper's set decoder: every issue-9 switch off (ProbeConfig keeps the rest)
 PAPER_DECODER = {"seq_weighting": "paper", "query_selection": "learned", "refine": False, "dn_groups": 0}
@@ -79,7 +80,7 @@ def time_train_step(cfg: ProbeConfig, loss_cfg: LossConfig, d_model: int, B: int
 
 def time_backbone(T: int) -> tuple[str, float, float, int]:
     """(name, greedy generation seconds for T new tokens, teacher-forced forward seconds, tokens)."""
-    from spanuq.llm import chat_prompt, load_backbone
+    from spanuq.llm.loading import chat_prompt, load_backbone
 
     cfg = load_config(None)
     cfg.backbone.device = "cpu"

@@ -31,10 +31,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    from spanuq.api import SpanUQ
+    from spanuq import SpanUQ
     from spanuq.config import load_config
     from spanuq.data.prompts import load_bundled
-    from spanuq.model import SpanUQProbe, save_checkpoint
+    from spanuq.model.checkpoint import save_checkpoint
+    from spanuq.model.probe import SpanUQProbe
 
     cfg = load_config("params.yaml", [f"score.max_new_tokens={args.max_new_tokens}",
                                       f"score.server_threads={args.threads}"])

@@ -60,8 +60,9 @@ def main() -> None:
 
     from spanuq.config import load_config
     from spanuq.data.prompts import load_bundled
-    from spanuq.llamacpp import free_port
-    from spanuq.model import SpanUQProbe, save_checkpoint
+    from spanuq.llm.llamacpp import free_port
+    from spanuq.model.checkpoint import save_checkpoint
+    from spanuq.model.probe import SpanUQProbe
 
     cfg = load_config("params.yaml")
     model = args.model or str(save_checkpoint(SpanUQProbe(cfg.probe, 576), cfg.probe, 576, tempfile.mkdtemp(),

@@ -24,6 +24,7 @@ from prefect import flow, get_run_logger, task
 from prefect.context import TaskRunContext
 
 from spanuq.config import Config, load_config
+from spanuq.pipeline.files import sha256_file
 from spanuq.stages import STAGES, run_stage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,9 +58,7 @@ def hash_path(p: Path) -> str:
     files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
     for f in files:
         h.update(str(f.relative_to(p.parent)).encode())
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
+        h.update(sha256_file(f).encode())
     return h.hexdigest()
 
 

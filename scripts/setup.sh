@@ -63,7 +63,7 @@ pip_install -e ".[offline,server,dev,reference,orchestration]"
   || { echo "setup: install incomplete" >&2; exit 1; }
 # The llama.cpp build proves itself: a chat prompt of >= 20 tokens answered in a child process
 # (a CPU the build does not fit dies with SIGILL/SIGSEGV there, not here).
-.venv/bin/python -m spanuq.llamacpp \
+.venv/bin/python -m spanuq.llm.llamacpp \
   || echo "setup: warning: the llama.cpp build cannot answer a prompt on this CPU; generate.backend=auto falls back to transformers" >&2
 if .venv/bin/python -m pip list 2>/dev/null | grep -qi '^nvidia-' && ! command -v nvidia-smi >/dev/null; then
   echo "setup: warning: CUDA packages were installed on a CPU machine" >&2

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_config_args(sp)
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=8080)
-    from .score.cli import add_score_args, add_serve_args
+    from .score.commands import add_score_args, add_serve_args
 
     sp = sub.add_parser("score", help="score an answer: spans likely wrong, with calibrated uncertainty")
     _add_config_args(sp)
@@ -81,27 +81,27 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "config":
             print(json.dumps(cfg.model_dump(mode="json"), indent=2))
         elif args.cmd == "probe-layers":
-            from .evaluate.layer_probe import run_layer_probe
+            from .baselines.layer_probe import run_layer_probe
 
             layers = [int(x) for x in args.layers.split(",")] if args.layers else None
             run_layer_probe(cfg, layers=layers, out_dir=args.out, progress=not args.no_progress)
         elif args.cmd == "ablate":
-            from .ablate import run_ablation
+            from .train.ablate import run_ablation
 
             out = run_ablation(cfg, progress=not args.no_progress, out_dir=args.out,
                                only=args.rows.split(",") if args.rows else None)
             print(f"ablate: wrote {out}")
 
         elif args.cmd in ("score", "serve"):
-            from .score.cli import run_score, run_serve
+            from .score.commands import run_score, run_serve
 
             return (run_score if args.cmd == "score" else run_serve)(args, cfg)
         elif args.cmd == "llama-server":
             import time
 
-            from .backbones import get_preset
-            from .llamacpp import LlamaCppServer
-            from .llm import gguf_path
+            from .llm.llamacpp import LlamaCppServer
+            from .llm.loading import gguf_path
+            from .llm.presets import get_preset
 
             with LlamaCppServer(gguf_path(get_preset(cfg.backbone.name)), port=args.port, host=args.host) as srv:
                 print(f"serving {cfg.backbone.name} at {srv.base_url} (it completed a test chat prompt; "

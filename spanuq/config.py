@@ -18,7 +18,7 @@ class _Section(BaseModel):
 
 
 class BackboneConfig(_Section):
-    """Which frozen LLM to use; `name` picks a preset from `spanuq.backbones`."""
+    """Which frozen LLM to use; `name` picks a preset from `spanuq.llm.presets`."""
 
     name: str = "smollm2-135m"
     layers: list[int] | None = None  # None: the preset's layers
@@ -287,8 +287,6 @@ class EvaluateConfig(_Section):
     ece_bins: int = 10
     bootstrap: int = 1000  # cluster-bootstrap resamples (over responses) for the 95% CIs
     seed: int = 0
-    # rows beside SpanUQ; surface_prior is the floor any reader of the answer must clear
-    baselines: list[str] = Field(default_factory=lambda: ["surface_prior", "token_entropy", "mlp_probe"])
     n_examples: int = 2  # test answers drawn with their scored spans (plots/eval/examples.png)
     # another run's data folder (e.g. "data"): its probe scores this run's test split and its
     # train/dev fit the reference rows, e.g. to score a prompt file the probe never saw (README)
@@ -296,7 +294,7 @@ class EvaluateConfig(_Section):
 
 
 class ScoreConfig(_Section):
-    """`spanuq score` / `spanuq serve` / `spanuq.api.SpanUQ` (docs/score.md)."""
+    """`spanuq score` / `spanuq serve` / `from spanuq import SpanUQ` (docs/score.md)."""
 
     # how score(prompt) gets the answer's hidden states: llamacpp = generate with the llama.cpp
     # server on the shipped GGUF, then one teacher-forced pass; hf = capture them while
@@ -321,9 +319,10 @@ class ScoreConfig(_Section):
 class BaselinesConfig(_Section):
     """The `baselines` stage (paper §4.2, Tab. 1, Tab. 2, Tab. A-seq): every reference method on the test split."""
 
-    # rows of the span / sequence tables (spanuq.baselines.BASELINES names)
+    # rows of the span / sequence tables (spanuq.baselines.registry.BASELINES names); the first three are the
+    # floors every table carries: surface_prior (what a reader of the answer can guess), token entropy, the MLP probe
     methods: list[str] = Field(default_factory=lambda: [
-        "token_entropy", "mlp_probe", "verbalized", "p_true", "selfcheck_nli", "semantic_entropy",
+        "surface_prior", "token_entropy", "mlp_probe", "verbalized", "p_true", "selfcheck_nli", "semantic_entropy",
         "eigenscore", "kle", "self_verify"])
     # span detectors of Tab. 2, each paired with the oracle-span MLP probe (spanuq.baselines.detectors.DETECTORS)
     detectors: list[str] = Field(default_factory=lambda: [
@@ -363,7 +362,7 @@ class AblateRow(_Section):
 
 
 class AblateConfig(_Section):
-    """`spanuq ablate`: every row trained on the same split, evaluated on test (spanuq/ablate.py)."""
+    """`spanuq ablate`: every row trained on the same split, evaluated on test (spanuq/train/ablate.py)."""
 
     warmup_epochs: int | None = None  # None: train.warmup_epochs
     joint_epochs: int | None = None  # None: train.joint_epochs
@@ -412,7 +411,9 @@ def _parse_value(text: str) -> Any:
     return yaml.safe_load(text) if text != "" else ""
 
 
-def _set_dotted(tree: dict, key: str, value: Any) -> None:
+def set_dotted(tree: dict, key: str, value: Any) -> None:
+    """``tree["generate"]["n_samples"] = value`` for ``key = "generate.n_samples"`` (the syntax of
+    ``dvc exp run -S``); missing sections are created, so the typed `Config` judges the keys."""
     parts = key.split(".")
     node = tree
     for p in parts[:-1]:
@@ -420,6 +421,15 @@ def _set_dotted(tree: dict, key: str, value: Any) -> None:
         if not isinstance(node, dict):
             raise ValueError(f"override {key!r}: {p!r} is not a section")
     node[parts[-1]] = value
+
+
+def apply_overrides(cfg: Config, overrides: dict[str, Any]) -> Config:
+    """``cfg`` with dotted overrides (``{"probe.ucir": False}``) applied and validated: an
+    unknown key or a bad value is an error; ``cfg`` itself is untouched."""
+    tree = cfg.model_dump()
+    for key, value in overrides.items():
+        set_dotted(tree, key, value)
+    return Config.model_validate(tree)
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -452,7 +462,7 @@ def load_config(
         if "=" not in item:
             raise ValueError(f"override must look like key=value, got {item!r}")
         k, v = item.split("=", 1)
-        _set_dotted(tree, k.strip(), _parse_value(v.strip()))
+        set_dotted(tree, k.strip(), _parse_value(v.strip()))
     name = preset or tree.get("preset")
     presets = tree.get("presets", {}) or {}
     if name and name != "cpu-default":
@@ -462,7 +472,7 @@ def load_config(
         # explicit overrides win over the preset
         for item in overrides or []:
             k, v = item.split("=", 1)
-            _set_dotted(merged, k.strip(), _parse_value(v.strip()))
+            set_dotted(merged, k.strip(), _parse_value(v.strip()))
         merged["presets"] = presets
         merged["preset"] = name
         tree = merged

@@ -37,9 +37,9 @@ def make_cfg(tmp_path):
 def llama_server():
     """The real llama.cpp OpenAI-compatible server on the shipped SmolLM2 GGUF, on 127.0.0.1."""
     pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
-    from spanuq.backbones import get_preset
-    from spanuq.llamacpp import LlamaCppServer
-    from spanuq.llm import gguf_path
+    from spanuq.llm.llamacpp import LlamaCppServer
+    from spanuq.llm.loading import gguf_path
+    from spanuq.llm.presets import get_preset
 
     with LlamaCppServer(gguf_path(get_preset("smollm2-135m")), n_threads=2) as srv:
         yield srv
@@ -55,7 +55,8 @@ def probe_dir(tmp_path_factory) -> Path:
     import torch
 
     from spanuq.config import load_config
-    from spanuq.model import SpanUQProbe, save_checkpoint
+    from spanuq.model.checkpoint import save_checkpoint
+    from spanuq.model.probe import SpanUQProbe
 
     cfg = load_config(REPO / "params.yaml")
     torch.manual_seed(0)
@@ -69,7 +70,7 @@ def scorer(probe_dir, tmp_path_factory):
     """`SpanUQ` on the real backbone, loaded once per session (threshold 0: every query is a
     candidate, so a random probe still yields spans); llama.cpp generation of <= 24 tokens."""
     pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
-    from spanuq.api import SpanUQ
+    from spanuq import SpanUQ
     from spanuq.config import load_config
 
     cache = tmp_path_factory.mktemp("score")

@@ -11,10 +11,11 @@ from pathlib import Path
 import torch
 import yaml
 
-from spanuq.backbones import get_preset
-from spanuq.features.store import FeatureItem, ShardWriter
-from spanuq.io import write_jsonl
-from spanuq.records import LabeledResponse, SpanTarget
+from spanuq.features.store import ShardWriter
+from spanuq.llm.presets import get_preset
+from spanuq.llm.states import FeatureItem
+from spanuq.pipeline.files import write_jsonl
+from spanuq.pipeline.records import LabeledResponse, SpanTarget
 from test_probe import synthetic_examples
 
 REPO = Path(__file__).resolve().parents[1]

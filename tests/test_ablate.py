@@ -2,18 +2,18 @@
 import pytest
 from test_probe import TINY, synthetic_examples
 
-from spanuq.ablate import ablate_rows, format_markdown, row_config
-from spanuq.config import AblateRow
+from spanuq.config import AblateRow, apply_overrides
+from spanuq.train.ablate import ablate_rows, format_markdown
 
 
 def test_row_overrides_are_validated(make_cfg):
     cfg = make_cfg()
-    assert row_config(cfg, {"probe.ucir": False, "loss.ucir_shared_match": False}).probe.ucir is False
+    assert apply_overrides(cfg, {"probe.ucir": False, "loss.ucir_shared_match": False}).probe.ucir is False
     assert cfg.probe.ucir is True  # the base config is untouched
-    with pytest.raises(ValueError, match="unknown key"):
-        row_config(cfg, {"probe.ucri": False})
+    with pytest.raises(ValueError, match="probe.ucri"):
+        apply_overrides(cfg, {"probe.ucri": False})
     with pytest.raises(ValueError):
-        row_config(cfg, {"probe.boundary": "sideways"})
+        apply_overrides(cfg, {"probe.boundary": "sideways"})
 
 
 def test_rows_train_on_the_same_split_and_make_one_table(make_cfg):

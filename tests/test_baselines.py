@@ -4,8 +4,9 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from spanuq.baselines import BASELINES, SequenceScorer, make_baseline
+from spanuq.baselines.base import SequenceScorer
 from spanuq.baselines.mlp_probe import MLPProbe, pool_span_features, predict_span_mlp, train_span_mlp
+from spanuq.baselines.registry import BASELINES, make_baseline
 from spanuq.baselines.token_entropy import TokenEntropy
 from spanuq.config import load_config
 from spanuq.features.dataset import ResponseExample

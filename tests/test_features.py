@@ -4,15 +4,15 @@ import json
 import pytest
 import torch
 
-from spanuq.features.extract import extract_batch, teacher_forced, token_entropy
-from spanuq.features.store import FeatureItem, FeatureStore, ShardWriter
-from spanuq.llm import chat_prompt, response_token_ids
+from spanuq.features.store import FeatureStore, ShardWriter
+from spanuq.llm.loading import chat_prompt, response_token_ids
+from spanuq.llm.states import FeatureItem, extract_batch, teacher_forced, token_entropy
 
 
 @pytest.fixture(scope="module")
 def backbone():
     from spanuq.config import load_config
-    from spanuq.llm import load_backbone
+    from spanuq.llm.loading import load_backbone
 
     return load_backbone(load_config(None))
 
@@ -92,7 +92,7 @@ def test_a_hub_backbone_loads_from_a_local_folder_of_its_name(make_cfg, tmp_path
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from spanuq.llm import load_backbone, load_tokenizer
+    from spanuq.llm.loading import load_backbone, load_tokenizer
 
     tok = load_tokenizer(make_cfg())  # the default backbone's tokenizer, with its chat template
     config = AutoConfig.for_model("qwen3", hidden_size=32, intermediate_size=64, num_hidden_layers=3,

@@ -4,9 +4,9 @@ import json
 import pytest
 
 from spanuq.generate.stage import generate_all, prompt_seed, run_generate
-from spanuq.io import read_records, write_jsonl
-from spanuq.openai_client import EndpointUnreachable
-from spanuq.records import Generation, Prompt
+from spanuq.llm.openai_client import EndpointUnreachable
+from spanuq.pipeline.files import read_records, write_jsonl
+from spanuq.pipeline.records import Generation, Prompt
 
 PROMPTS = [
     Prompt(id="p1", domain="triviaqa", text="What is the capital of Australia?", references=["Canberra"]),
@@ -61,7 +61,7 @@ def test_transformers_backend_samples_do_not_depend_on_the_batch(make_cfg):
     """The hf backend decodes many prompts' samples in one batch, each row from its own
     seeded stream: a prompt alone and the same prompt beside others get the same samples."""
     from spanuq.generate.hf import HFGenerator
-    from spanuq.llm import chat_prompt
+    from spanuq.llm.loading import chat_prompt
 
     cfg = make_cfg("generate.backend=hf", "generate.sample_max_new_tokens=12", "generate.max_new_tokens=16",
                    "generate.stop=['.']")
@@ -120,7 +120,7 @@ def test_a_killed_run_resumes_and_empty_answers_are_recorded(make_cfg):
 
 
 def test_stage_writes_generations_and_a_report(make_cfg, monkeypatch):
-    from spanuq.paths import StagePaths
+    from spanuq.pipeline.paths import StagePaths
     import spanuq.generate.stage as stage
 
     cfg = make_cfg("generate.batch_size=2", "generate.n_samples=2")
@@ -172,8 +172,8 @@ def test_a_server_crash_mid_stage_names_the_crash_and_a_rerun_generates_nothing_
 
     import psutil
 
-    from spanuq.cache import ItemCache
-    from spanuq.paths import StagePaths
+    from spanuq.pipeline.cache import ItemCache
+    from spanuq.pipeline.paths import StagePaths
 
     overrides = ["generate.backend=server", "generate.launch_server=true", "generate.n_samples=1",
                  "generate.max_new_tokens=12", "generate.sample_max_new_tokens=6", "generate.batch_size=1"]
@@ -222,9 +222,9 @@ def _cmdline(proc) -> str:
 
 
 def _cached(cache, cfg, prompt) -> bool:
-    from spanuq.cache import content_hash
     from spanuq.generate.stage import decoding_settings
-    from spanuq.llm import chat_prompt, load_tokenizer
+    from spanuq.llm.loading import chat_prompt, load_tokenizer
+    from spanuq.pipeline.cache import content_hash
 
     chat = chat_prompt(load_tokenizer(cfg), prompt.text, cfg.backbone.system_prompt)
     return content_hash({"backbone": cfg.backbone.name, "chat": chat, "decoding": decoding_settings(cfg),
@@ -239,15 +239,15 @@ def test_backend_auto_falls_back_to_transformers_with_one_warning_when_llama_cpp
     import logging
     import os
 
-    import spanuq.llm
-    from spanuq.llm import load_tokenizer
+    import spanuq.llm.loading
+    from spanuq.llm.loading import load_tokenizer
 
     cfg = make_cfg("generate.backend=auto", "generate.launch_server=true", "generate.n_samples=1",
                    "generate.max_new_tokens=8")
     load_tokenizer(cfg)  # the transformers copy of the backbone exists before the GGUF is swapped
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + os.urandom(256))
-    monkeypatch.setattr(spanuq.llm, "gguf_path", lambda preset: broken)
+    monkeypatch.setattr(spanuq.llm.loading, "gguf_path", lambda preset: broken)
     with caplog.at_level(logging.WARNING, logger="spanuq.generate.stage"):
         gens, stats = generate_all(cfg, PROMPTS[:1], progress=False)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -3,10 +3,11 @@ import json
 
 import pytest
 
-from spanuq.io import read_records, write_jsonl
-from spanuq.label.targets import char_span_to_tokens, span_targets, token_offsets
-from spanuq.paths import StagePaths
-from spanuq.records import Claim, Generation, LabeledResponse, Prompt, Sample
+from spanuq.label.targets import char_span_to_tokens, span_targets
+from spanuq.llm.loading import token_offsets
+from spanuq.pipeline.files import read_records, write_jsonl
+from spanuq.pipeline.paths import StagePaths
+from spanuq.pipeline.records import Claim, Generation, LabeledResponse, Prompt, Sample
 
 from judge_server import ScriptedJudge
 
@@ -14,7 +15,7 @@ from judge_server import ScriptedJudge
 @pytest.fixture(scope="module")
 def tok():
     from spanuq.config import load_config
-    from spanuq.llm import load_tokenizer
+    from spanuq.llm.loading import load_tokenizer
 
     return load_tokenizer(load_config(None))
 
@@ -161,9 +162,9 @@ def test_a_sample_that_reaches_a_claim_is_never_an_abstention(offline, tok):
 
 def test_the_tie_at_the_positive_threshold_counts_as_wrong(offline, tok):
     """u* = 0.5 (half the voters back the claim) is a positive, in the metrics and the label report."""
-    from spanuq.evaluate.metrics import is_positive, negatives, span_metrics
-    from spanuq.label.report import label_report
-    from spanuq.records import SpanTarget
+    from spanuq.metrics.uq import is_positive, negatives, span_metrics
+    from spanuq.label.summary import label_report
+    from spanuq.pipeline.records import SpanTarget
 
     assert is_positive(0.5) and not is_positive(0.4999) and is_positive(0.5, 0.5)
     m = span_metrics([0.5, 0.5, 0.0, 1.0], [0.9, 0.8, 0.1, 0.7])

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from spanuq.evaluate.layer_probe import collect_layer_features, run_layer_probe
-from spanuq.features.extract import extract_batch
-from spanuq.io import write_jsonl
-from spanuq.llm import chat_prompt, load_backbone, response_token_ids
-from spanuq.paths import StagePaths
-from spanuq.records import Generation, LabeledResponse, Sample, SpanTarget
+from spanuq.baselines.layer_probe import collect_layer_features, run_layer_probe
+from spanuq.llm.loading import chat_prompt, load_backbone, response_token_ids
+from spanuq.llm.states import extract_batch
+from spanuq.pipeline.files import write_jsonl
+from spanuq.pipeline.paths import StagePaths
+from spanuq.pipeline.records import Generation, LabeledResponse, Sample, SpanTarget
 
 ANSWERS = [
     "The capital of Australia is Canberra.", "Penicillin was discovered by Alexander Fleming in 1928.",

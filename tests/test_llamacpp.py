@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
 
-from spanuq.backbones import get_preset  # noqa: E402
-from spanuq.llamacpp import LlamaCppServer, ServerCrashed, describe_exit  # noqa: E402
-from spanuq.llm import gguf_path  # noqa: E402
+from spanuq.llm.llamacpp import LlamaCppServer, ServerCrashed, describe_exit  # noqa: E402
+from spanuq.llm.loading import gguf_path  # noqa: E402
+from spanuq.llm.presets import get_preset  # noqa: E402
 
 def gguf():
     return gguf_path(get_preset("smollm2-135m"))

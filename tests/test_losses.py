@@ -3,8 +3,9 @@ import pytest
 import torch
 
 from spanuq.config import LossConfig, ProbeConfig
-from spanuq.model import SetCriterion, SpanUQProbe, ranking_pairs
+from spanuq.model.losses import SetCriterion, ranking_pairs
 from spanuq.model.matcher import HungarianMatcher
+from spanuq.model.probe import SpanUQProbe
 
 SMALL = ProbeConfig(d_proj=32, n_queries=6, n_heads=4, d_ffn=64, dropout=0.0)
 

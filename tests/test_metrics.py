@@ -13,16 +13,13 @@ from sklearn.metrics import mean_absolute_error, roc_auc_score
 
 from spanuq.config import EvaluateConfig
 from spanuq.evaluate.detection import detection_metrics, match_spans
-from spanuq.evaluate.metrics import (
-    apply_temperature,
-    expected_calibration_error,
-    fit_temperature,
-    sequence_metrics,
-    span_metrics,
-)
+from spanuq.metrics.ece import expected_calibration_error, fit_temperature
+from spanuq.metrics.uq import sequence_metrics, span_metrics
 from spanuq.evaluate.scoring import evaluate_predictions, oracle_span_metrics
 from spanuq.evaluate.table import format_table
 from spanuq.features.dataset import ResponseExample
+from spanuq.model.calibration import apply_temperature
+from spanuq.model.postprocess import Prediction
 
 
 def dumps(obj) -> str:
@@ -44,10 +41,11 @@ def example(pid: str, spans, u, u_seq=None, T: int = 20) -> ResponseExample:
                            u=torch.tensor(u, dtype=torch.float32).reshape(-1), u_seq=u_seq)
 
 
-def pred(pid: str, spans, u, validity, u_seq) -> dict:
-    return {"prompt_id": pid, "spans": np.array(spans, dtype=np.int64).reshape(-1, 2),
-            "u": np.array(u, dtype=np.float64), "validity": np.array(validity, dtype=np.float64),
-            "nu": np.ones(len(u)), "u_seq": u_seq}
+def pred(pid: str, spans, u, validity, u_seq) -> Prediction:
+    """A prediction showing every span with validity >= 0.5."""
+    validity = np.array(validity, dtype=np.float64)
+    return Prediction(pid, np.array(spans, dtype=np.int64).reshape(-1, 2), np.array(u, dtype=np.float64), validity,
+                      u_seq, keep=np.flatnonzero(validity >= 0.5), nu=np.ones(len(u)))
 
 
 # ---------------------------------------------------------------- span metrics vs the libraries
@@ -388,7 +386,7 @@ def test_calibrated_predictions_report_the_raw_ece_beside():
     cfg = EvaluateConfig(bootstrap=0)
     ex = [example("a", [[0, 1], [4, 5]], [0.9, 0.1])]
     p = pred("a", [[0, 1], [4, 5]], [0.8, 0.2], [0.9, 0.9], 0.5)
-    p["u_raw"], p["u_seq_raw"] = np.array([0.99, 0.01]), 0.5
+    p.u_raw, p.u_seq_raw = np.array([0.99, 0.01]), 0.5
     r = evaluate_predictions([p], ex, cfg)
     assert r["span"]["ece"]["value"] == pytest.approx(0.1)
     assert r["span"]["ece_raw"]["value"] == pytest.approx(0.09)
@@ -397,7 +395,7 @@ def test_calibrated_predictions_report_the_raw_ece_beside():
 def test_evaluate_predictions_degenerate_inputs():
     cfg, examples, preds = three_responses()
     for p in preds:
-        p["validity"] = np.zeros_like(p["validity"])
+        p.validity, p.keep = np.zeros_like(p.validity), np.zeros(0, dtype=np.int64)
     r = evaluate_predictions(preds, examples, cfg, bootstrap=20)  # no kept predictions at all
     # every labelled span still counts, at its answer's û_seq (a: .55 for u* .9 and .1, c: .2 for .6)
     assert r["span"]["n"] == 3 and r["span_sources"] == {"sequence": 3}

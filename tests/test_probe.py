@@ -5,9 +5,13 @@ import pytest
 import torch
 
 from spanuq.config import LossConfig, ProbeConfig
-from spanuq.evaluate.predict import predict_examples
 from spanuq.features.dataset import ResponseExample, collate
-from spanuq.model import SetCriterion, SpanUQProbe, load_checkpoint, save_checkpoint, span_iou
+from spanuq.model.calibration import Calibration
+from spanuq.model.checkpoint import load_checkpoint, save_checkpoint
+from spanuq.model.losses import SetCriterion
+from spanuq.model.postprocess import predict
+from spanuq.model.probe import SpanUQProbe
+from spanuq.model.span_ops import span_iou
 
 torch.set_num_threads(2)
 TINY = ProbeConfig(d_proj=64, n_queries=8, n_heads=4, d_ffn=128, dropout=0.0)
@@ -98,12 +102,12 @@ def test_ablation_switches_run(switches):
     loss.backward()
     assert torch.isfinite(loss)
     assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
-    predict_examples(model, synthetic_examples(4))
+    predict(model, synthetic_examples(4), Calibration())
 
 
-def kept_spans(pred: dict) -> list[tuple[int, int]]:
-    """The shown spans of one prediction of the one inference path."""
-    return [tuple(int(x) for x in pred["spans"][k]) for k in pred["keep"]]
+def kept_spans(pred) -> list[tuple[int, int]]:
+    """The shown spans of one prediction."""
+    return [(s.b, s.e) for s in pred.shown()]
 
 
 def span_recall(examples, preds, iou=0.5) -> float:
@@ -122,9 +126,11 @@ def test_overfits_eight_examples():
     batch = collate(examples)
     model = SpanUQProbe(TINY, 32)
     criterion = SetCriterion(LossConfig())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # lr 3e-3: at 1e-3 the span regression sits on a plateau (L1 ~0.19) for 450 to 1,300+ steps depending on
+    # the CPU's float kernels (AVX2 vs AVX-512 orderings); at 3e-3 it leaves it in 420-490 steps on every seed tried
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     t0 = time.process_time()  # CPU seconds (robust to a busy machine); 2 threads -> 120 s CPU ~ 60 s wall
-    for step in range(800):  # ~470 steps with the shared UCIR assignment, ~380 with per-round matching
+    for step in range(1200):
         loss, log = criterion(forward(model, batch), batch.targets, phase="warmup")
         opt.zero_grad()
         loss.backward()
@@ -133,7 +139,7 @@ def test_overfits_eight_examples():
             break
     assert log["loss_l1"] < 0.01 and log["loss_giou"] < 0.05 and log["loss_val"] < 0.02, (step, log)
     assert time.process_time() - t0 < 120
-    preds = predict_examples(model, examples, dup_iou=1.0)
+    preds = predict(model, examples, Calibration(dup_iou=1.0))
     assert span_recall(examples, preds, iou=0.5) == 1.0
     for e, p in zip(examples, preds):
         assert all(0 <= s <= x < e.n_tokens for s, x in kept_spans(p))
@@ -154,9 +160,10 @@ def test_checkpoint_round_trip(tmp_path, switches):
     batch = collate(synthetic_examples(2))
     save_checkpoint(model, cfg, 32, tmp_path / "ckpt", extra={"epoch": 3, "backbone": "smollm2-135m"})
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json", "model.safetensors"]
-    loaded, meta = load_checkpoint(tmp_path / "ckpt")
-    assert meta["extra"] == {"epoch": 3, "backbone": "smollm2-135m"} and meta["d_model"] == 32
-    assert loaded.cfg == cfg
+    ckpt = load_checkpoint(tmp_path / "ckpt")
+    loaded = ckpt.probe
+    assert ckpt.extra == {"epoch": 3, "backbone": "smollm2-135m"} and ckpt.d_model == 32
+    assert ckpt.calibration == Calibration() and loaded.cfg == cfg
     a, b = model.state_dict(), loaded.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     with torch.inference_mode():

@@ -26,8 +26,8 @@ from spanuq.data.prompts import (
     select_prompts,
 )
 from spanuq.data.splits import assign_splits, split_counts, split_targets
-from spanuq.io import read_json, read_records
-from spanuq.records import Prompt
+from spanuq.pipeline.files import read_json, read_records
+from spanuq.pipeline.records import Prompt
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hub"
 PAPER = {"longform_qa": 0.42, "triviaqa": 0.25, "eli5": 0.15, "biography": 0.10, "felm": 0.08}

@@ -5,9 +5,12 @@ import torch
 from test_probe import TINY, synthetic_examples
 
 from spanuq.config import LossConfig
-from spanuq.evaluate.predict import predict_examples
 from spanuq.features.dataset import collate
-from spanuq.model import SetCriterion, SpanUQProbe, span_iou
+from spanuq.model.calibration import Calibration
+from spanuq.model.losses import SetCriterion
+from spanuq.model.postprocess import predict
+from spanuq.model.probe import SpanUQProbe
+from spanuq.model.span_ops import span_iou
 from spanuq.model.queries import (build_denoising, dense_proposal_targets, denoising_attn_mask, select_proposals,
                                   span_position_embedding)
 
@@ -145,9 +148,9 @@ def test_two_stage_refinement_fits_the_toy_spans():
         opt.step()
         if log["loss_giou"] < 0.05 and log["loss_val"] < 0.02:
             break
-    preds = predict_examples(model, examples, dup_iou=1.0)
+    preds = predict(model, examples, Calibration(dup_iou=1.0))
     hits = sum(any(float(span_iou(torch.tensor([b, e + 1.0]), torch.tensor([float(s), x + 1.0]))) >= 0.5
-                   for s, x in p["spans"][p["keep"]].tolist()) for ex, p in zip(examples, preds)
+                   for s, x in p.spans[p.keep].tolist()) for ex, p in zip(examples, preds)
                for b, e in ex.spans.tolist())
     assert hits == sum(len(e.spans) for e in examples), (step, log)
 
@@ -199,13 +202,13 @@ def test_ucir_rounds_share_one_assignment(shared):
 
 
 def test_checkpoint_round_trip_with_reference_spans(tmp_path):
-    from spanuq.model import load_checkpoint, save_checkpoint
+    from spanuq.model.checkpoint import load_checkpoint, save_checkpoint
 
     torch.manual_seed(0)
     cfg = TINY.model_copy(update=NEW)
     model = SpanUQProbe(cfg, 32).eval()
     save_checkpoint(model, cfg, 32, tmp_path / "ckpt")
-    loaded, _ = load_checkpoint(tmp_path / "ckpt")
+    loaded = load_checkpoint(tmp_path / "ckpt").probe
     assert loaded.cfg == cfg
     batch = collate(synthetic_examples(2))
     with torch.inference_mode():

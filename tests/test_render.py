@@ -1,5 +1,5 @@
 """Views of scored spans: terminal, HTML and the PNG layout."""
-from spanuq.render import colour, to_html, to_png, to_terminal, wrap
+from spanuq.score.views import colour, to_html, to_png, to_terminal, wrap
 
 TEXT = "Canberra is the capital of Australia. It was founded in 1913."
 SPANS = [(0, 8, 0.05), (27, 36, 0.1), (56, 60, 0.9)]

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from spanuq.evaluate.detection import detection_metrics
-from spanuq.evaluate.metrics import defined, undefined
+from spanuq.metrics.uq import defined, undefined
 from spanuq.evaluate.scoring import oracle_span_metrics
-from spanuq.io import write_json
+from spanuq.pipeline.files import write_json
 
 from browser import chromium, load
 

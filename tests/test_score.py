@@ -5,7 +5,7 @@ import jsonschema
 import pytest
 import torch
 
-from spanuq.api import InputError, ScoreResult
+from spanuq import InputError, ScoreResult
 from spanuq.score.schema import json_schema
 
 ANSWERS = [
@@ -23,7 +23,8 @@ def test_character_offsets_never_split_a_user_perceived_character(scorer):
     points, and byte-level BPE can put a token boundary inside them: no span offset may."""
     import regex
 
-    from spanuq.label.targets import token_offsets, token_span_to_chars
+    from spanuq.llm.loading import token_offsets
+    from spanuq.model.postprocess import token_span_to_chars
 
     clusters = {m.start() for m in regex.finditer(r"\X", GRAPHEMES)} | {len(GRAPHEMES)}
     ids, offsets = token_offsets(scorer.tok, GRAPHEMES)
@@ -93,17 +94,17 @@ def test_score_prompt_generates_with_llamacpp_then_one_teacher_forced_pass(score
 
 
 def test_hidden_states_captured_during_generation_equal_a_teacher_forced_pass(scorer):
-    from spanuq.score.states import generate_with_states, teacher_forced_items
+    from spanuq.llm.states import extract_batch, generate_with_states
 
     chat, _ = scorer._chat("Name a planet.")
     g = generate_with_states(scorer.model, scorer.tok, chat, scorer.layers, 6, torch.float32)
     assert g.item is not None and g.truncated and len(g.token_ids) == 6
-    tf = teacher_forced_items(scorer.model, scorer.tok, [chat], [g.token_ids], scorer.layers, torch.float32)[0]
+    tf = extract_batch(scorer.model, scorer.tok, [chat], [g.token_ids], scorer.layers, torch.float32)[0]
     assert torch.allclose(g.item.h, tf.h, atol=1e-3, rtol=1e-3)
     assert torch.allclose(g.item.entropy, tf.entropy, atol=1e-3)
     cut = generate_with_states(scorer.model, scorer.tok, chat, scorer.layers, 24, torch.float32, stop=[" "])
     assert not cut.truncated and " " not in cut.text and cut.item is not None  # a stop string ends the answer
-    tf = teacher_forced_items(scorer.model, scorer.tok, [chat], [cut.token_ids], scorer.layers, torch.float32)[0]
+    tf = extract_batch(scorer.model, scorer.tok, [chat], [cut.token_ids], scorer.layers, torch.float32)[0]
     assert cut.item.h.shape[0] == len(cut.token_ids) and torch.allclose(cut.item.h, tf.h, atol=1e-3, rtol=1e-3)
     scorer.generator = "hf"
     try:
@@ -116,12 +117,13 @@ def test_hidden_states_captured_during_generation_equal_a_teacher_forced_pass(sc
 def test_load_from_an_mlflow_model_uri(probe_dir, make_cfg):
     from safetensors.torch import load_file
 
-    from spanuq import tracking
+    from spanuq.pipeline import tracking
+    from spanuq.score.registry import log_probe
     from spanuq.score.scorer import resolve_checkpoint
 
     cfg = make_cfg()
     with tracking.start_run(cfg, "probe"):
-        tracking.log_probe(probe_dir, cfg, dev_auroc=0.7)
+        log_probe(probe_dir, cfg, dev_auroc=0.7)
     local = resolve_checkpoint("models:/spanuq-smollm2-135m@champion", cfg)
     assert json.loads((local / "config.json").read_text()) == json.loads((probe_dir / "config.json").read_text())
     a, b = load_file(str(local / "model.safetensors")), load_file(str(probe_dir / "model.safetensors"))

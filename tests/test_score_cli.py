@@ -6,8 +6,8 @@ import jsonschema
 import pytest
 
 from spanuq.cli import main
-from spanuq.render import terminal_view
 from spanuq.score.schema import json_schema
+from spanuq.score.views import terminal_view
 
 ANSWER = "\n Marie Curie (1867–1934) won the Nobel Prize in Physics in 1903 and in Chemistry in 1911."
 
@@ -60,7 +60,7 @@ def test_terminal_view_colours_only_when_asked(scorer):
 def test_colour_is_off_for_pipes_and_with_no_color(monkeypatch):
     import io
 
-    from spanuq.score.cli import use_colour
+    from spanuq.score.commands import use_colour
 
     class TTY(io.StringIO):
         def isatty(self):

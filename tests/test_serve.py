@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from spanuq.llamacpp import free_port
+from spanuq.llm.llamacpp import free_port
 
 ANSWER = "Canberra is the capital of Australia. It was founded in 1913, and its lake is named after Walter Griffin."
 
@@ -18,7 +18,7 @@ def service(scorer):
     """The real uvicorn server around the session's scorer, on a free loopback port."""
     import uvicorn
 
-    from spanuq.serve import create_app
+    from spanuq.score.service import create_app
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(scorer), host="127.0.0.1", port=port, log_level="warning"))

@@ -80,7 +80,7 @@ def test_conversions_round_trip():
 
 
 def test_duplicate_spans_are_suppressed_best_score_first():
-    from spanuq.model import suppress_duplicates
+    from spanuq.model.span_ops import suppress_duplicates
 
     spans = torch.tensor([[0.0, 4.0], [0.0, 5.0], [6.0, 9.0], [1.0, 4.0], [6.0, 7.0]])
     scores = torch.tensor([0.6, 0.9, 0.8, 0.7, 0.55])

@@ -5,9 +5,12 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from spanuq import tracking
 from spanuq.config import ProbeConfig
-from spanuq.model import SpanUQProbe, save_checkpoint
+from spanuq.model.calibration import Calibration
+from spanuq.model.checkpoint import save_checkpoint
+from spanuq.model.probe import SpanUQProbe
+from spanuq.pipeline import tracking
+from spanuq.score import registry
 
 TINY = ProbeConfig(d_proj=32, n_queries=4, n_heads=2, d_ffn=64, dropout=0.0)
 D = 16
@@ -21,20 +24,20 @@ def cfg(make_cfg):
 def _probe_dir(tmp_path, seed: int):
     torch.manual_seed(seed)
     model = SpanUQProbe(TINY, D).eval()
-    extra = {"temperature": 2.0, "validity_threshold": 0.3}  # as fitted on dev by the train stage
-    return save_checkpoint(model, TINY, D, tmp_path / f"probe-{seed}", extra=extra), model
+    calibration = Calibration(temperature=2.0, validity_threshold=0.3)  # as fitted on dev by the train stage
+    return save_checkpoint(model, TINY, D, tmp_path / f"probe-{seed}", calibration), model
 
 
 def _register(cfg, tmp_path, seed: int, dev_auroc):
     probe_dir, model = _probe_dir(tmp_path, seed)
     with tracking.start_run(cfg, run_name=f"train-{seed}") as run:
         tracking.log_config(cfg)
-        info = tracking.log_probe(probe_dir, cfg, dev_auroc=dev_auroc)
+        info = registry.log_probe(probe_dir, cfg, dev_auroc=dev_auroc)
     return info, run.info.run_id, model
 
 
 def test_champion_alias_moves_only_when_dev_auroc_improves(cfg, tmp_path):
-    name = tracking.registered_name(cfg)
+    name = registry.registered_name(cfg)
     assert name == "spanuq-smollm2-135m"
     steps = [(0, 0.70, True, 1), (1, 0.65, False, 1), (2, None, False, 1), (3, 0.70, False, 1), (4, 0.81, True, 5)]
     for seed, auroc, promoted, champion in steps:
@@ -44,13 +47,13 @@ def test_champion_alias_moves_only_when_dev_auroc_improves(cfg, tmp_path):
         assert info["champion_version"] == champion
     client = MlflowClient(tracking.tracking_uri(cfg))
     assert int(client.get_model_version_by_alias(name, "champion").version) == 5
-    assert tracking.champion_auroc(client, name) == (5, 0.81)
+    assert registry.champion_auroc(client, name) == (5, 0.81)
 
 
 def test_the_champion_loads_from_the_registry_and_scores_like_the_checkpoint(cfg, tmp_path):
-    from spanuq.evaluate.predict import predict_examples
-    from spanuq.features.dataset import ResponseExample
-    from spanuq.model import load_checkpoint
+    from spanuq.llm.states import FeatureItem
+    from spanuq.model.checkpoint import load_checkpoint
+    from spanuq.model.postprocess import predict
 
     _, run_id, _ = _register(cfg, tmp_path, 7, 0.9)
     run = MlflowClient(tracking.tracking_uri(cfg)).get_run(run_id)
@@ -59,13 +62,12 @@ def test_the_champion_loads_from_the_registry_and_scores_like_the_checkpoint(cfg
     g = torch.Generator().manual_seed(0)
     h, ent = torch.randn(12, D, generator=g), torch.rand(12, generator=g)
     out = pyfunc.predict({"h": h.numpy(), "entropy": ent.numpy()})
-    # the one inference path on the same checkpoint: its threshold, its temperature, duplicates removed
-    model, _ = load_checkpoint(tmp_path / "probe-7")
-    ex = ResponseExample("r", "custom", "test", h, ent, [], torch.zeros(0, 2, dtype=torch.long), torch.zeros(0))
-    want = predict_examples(model, [ex])[0]
-    assert len(out) == 1 and len(out[0]["spans"]) == len(want["keep"]) >= 1
-    np.testing.assert_allclose(sorted(s["u"] for s in out[0]["spans"]), sorted(want["u"][want["keep"]]), rtol=1e-5)
-    assert out[0]["u_seq"] == pytest.approx(want["u_seq"], rel=1e-5)
+    # the one post-processing step on the same checkpoint: its threshold, its temperature, duplicates removed
+    ckpt = load_checkpoint(tmp_path / "probe-7")
+    want = predict(ckpt.probe, [FeatureItem(h, ent, torch.arange(12, dtype=torch.int32))], ckpt.calibration)[0]
+    assert len(out) == 1 and len(out[0]["spans"]) == len(want.keep) >= 1
+    np.testing.assert_allclose(sorted(s["u"] for s in out[0]["spans"]), sorted(want.u[want.keep]), rtol=1e-5)
+    assert out[0]["u_seq"] == pytest.approx(want.u_seq, rel=1e-5)
     # scores are calibrated by default (T = 2 pulls û towards 0.5); raw on request
     for s in out[0]["spans"]:
         assert abs(s["u"] - 0.5) <= abs(s["u_raw"] - 0.5) + 1e-9 and s["p"] >= 0.3

@@ -6,10 +6,10 @@ import torch
 import numpy as np
 import pytest
 
-from spanuq.evaluate.predict import predict_examples
 from spanuq.evaluate.scoring import all_span_scores
-from spanuq.model import load_checkpoint, save_checkpoint
-from spanuq.train import calibrate_on_dev, dev_score, evaluate_model, train_probe
+from spanuq.model.checkpoint import load_checkpoint, save_checkpoint
+from spanuq.model.postprocess import predict
+from spanuq.train.stage import calibrate_on_dev, dev_score, evaluate_model, train_probe
 from test_probe import TINY, synthetic_examples
 
 
@@ -65,31 +65,32 @@ def test_threshold_and_temperature_are_fitted_on_dev_stored_and_applied_by_defau
     cfg = _cfg(make_cfg, warmup_epochs=2, joint_epochs=2, patience=10)
     dev = synthetic_examples(6, seed=1)
     model, _ = train_probe(cfg, synthetic_examples(8), dev, progress=False)
-    calib = calibrate_on_dev(model, dev, cfg, "cpu")
+    calibration, calib = calibrate_on_dev(model, dev, cfg, "cpu")
     assert calib["validity_threshold"] in cfg.evaluate.threshold_grid and calib["temperature"] > 0
+    assert (calibration.temperature, calibration.validity_threshold) == (calib["temperature"], calib["validity_threshold"])
     # the fitted temperature does not raise the soft-label NLL of every labelled dev span (it minimises it)
-    preds = predict_examples(model, dev, device="cpu")
+    preds = predict(model, dev, calibration)
     y = np.concatenate([e.u.numpy() for e in dev])
     nll = lambda s: -np.mean(y * np.log(np.clip(s, 1e-6, 1)) + (1 - y) * np.log(np.clip(1 - s, 1e-6, 1)))  # noqa: E731
     cal, _ = all_span_scores(preds, dev)
     raw, _ = all_span_scores(preds, dev, key="u_raw")
     assert nll(np.concatenate(cal)) <= nll(np.concatenate(raw)) + 1e-9
-    save_checkpoint(model, TINY, 32, tmp_path / "probe", extra=calib)
-    loaded, meta = load_checkpoint(tmp_path / "probe")
-    assert (loaded.temperature, loaded.validity_threshold) == (calib["temperature"], calib["validity_threshold"])
-    p = predict_examples(loaded, dev[:2], device="cpu")[0]
+    save_checkpoint(model, TINY, 32, tmp_path / "probe", calibration)
+    loaded = load_checkpoint(tmp_path / "probe")
+    assert loaded.calibration == calibration  # stored with the checkpoint, applied by every consumer
+    p = predict(loaded.probe, dev[:2], loaded.calibration)[0]
     t = calib["temperature"]
-    expect = 1 / (1 + np.exp(-np.log(p["u_raw"] / (1 - p["u_raw"])) / t))
-    assert p["u"] == pytest.approx(expect, rel=1e-5) and p["threshold"] == calib["validity_threshold"]
-    assert set(p["keep"]) <= set(np.flatnonzero(p["validity"] >= calib["validity_threshold"]))
-    raw_p = predict_examples(loaded, dev[:2], device="cpu", calibrated=False)[0]
-    assert np.array_equal(raw_p["u"], p["u_raw"])
+    expect = 1 / (1 + np.exp(-np.log(p.u_raw / (1 - p.u_raw)) / t))
+    assert p.u == pytest.approx(expect, rel=1e-5) and p.threshold == calib["validity_threshold"]
+    assert set(p.keep) <= set(np.flatnonzero(p.validity >= calib["validity_threshold"]))
+    raw_p = predict(loaded.probe, dev[:2], loaded.calibration.raw())[0]
+    assert np.array_equal(raw_p.u, p.u_raw)
 
 
 def test_a_temperature_is_kept_only_when_it_helps_held_out_dev_answers():
     from scipy.special import expit, logit
 
-    from spanuq.train import cross_validated_temperature
+    from spanuq.train.stage import cross_validated_temperature
 
     rng = np.random.default_rng(0)
     p = [rng.uniform(0.05, 0.95, 6) for _ in range(40)]  # 40 answers of 6 spans

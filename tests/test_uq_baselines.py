@@ -17,7 +17,7 @@ from spanuq.baselines.sampling import (discrete_entropy, eigen_score, kle, selfc
 # ---------------------------------------------------------------- single pass
 
 def test_entropy_of_a_one_hot_distribution_is_zero_and_of_a_uniform_one_is_log_v():
-    from spanuq.features.extract import token_entropy
+    from spanuq.llm.states import token_entropy
 
     logits = torch.full((2, 50), -1e4)
     logits[0, 7] = 0.0  # one-hot
@@ -169,8 +169,8 @@ def test_selfcheck_on_identical_samples_gives_zero_inconsistency(stand_in):
 
 
 def test_semantic_entropy_with_the_stand_in_on_real_answers(stand_in):
-    from spanuq.baselines.sampling import nli_matrix
     from spanuq.baselines.nli import ENTAIL
+    from spanuq.baselines.sampling import nli_matrix
 
     same = ["The Treaty of Versailles was signed in 1919."] * 4
     assert discrete_entropy(semantic_clusters(nli_matrix(same, stand_in)[..., ENTAIL])) == 0.0
@@ -236,7 +236,7 @@ def claims_context():
 @pytest.fixture(scope="module")
 def asker(make_cfg_module):
     from spanuq.baselines.backbone import BackboneAsker
-    from spanuq.llm import load_backbone
+    from spanuq.llm.loading import load_backbone
 
     cfg = make_cfg_module()
     model, tok = load_backbone(cfg)

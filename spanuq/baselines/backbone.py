@@ -64,7 +64,7 @@ class BackboneAsker:
         return self.tok(word, add_special_tokens=False)["input_ids"][0]
 
     def _chat(self, texts: list[str]) -> list[str]:
-        from ..llm import chat_prompt
+        from ..llm.loading import chat_prompt
 
         return [chat_prompt(self.tok, t, self.system_prompt) for t in texts]
 
@@ -142,7 +142,7 @@ class BackboneScorer(SpanScorer):
         context = overrides.pop("context", None) or AnswerContext.load(cfg)
         asker = overrides.pop("asker", None)
         if asker is None:
-            from ..llm import load_backbone
+            from ..llm.loading import load_backbone
 
             model, tok = load_backbone(asker_config(cfg))
             asker = BackboneAsker(model, tok, cfg.baselines.backbone_batch_size, cfg.backbone.system_prompt)

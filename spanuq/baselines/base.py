@@ -1,4 +1,4 @@
-"""The one interface every baseline implements, and the registry that builds them by name.
+"""The one interface every baseline implements (the registry that builds them by name is registry.py).
 
 A baseline is a `SpanScorer`: ``fit(train, dev)`` then ``score(examples)`` → one
 float array per example with one score per ground-truth span (``example.spans``,
@@ -29,7 +29,6 @@ names them so the evaluator can skip a baseline whose inputs are missing.
 """
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -103,35 +102,3 @@ def broadcast_to_spans(seq_scores, examples: list[ResponseExample]) -> list[np.n
     if len(seq_scores) != len(examples):
         raise ValueError(f"{len(seq_scores)} sequence scores for {len(examples)} examples")
     return [np.full(len(e.spans), s, dtype=np.float64) for e, s in zip(examples, seq_scores)]
-
-
-# name -> "module:Class", imported on first use so heavy dependencies (NLI models,
-# the backbone) load only for the baselines actually run.
-BASELINES: dict[str, str] = {
-    "surface_prior": "spanuq.baselines.surface_prior:SurfacePrior",
-    "token_entropy": "spanuq.baselines.token_entropy:TokenEntropy",
-    "mlp_probe": "spanuq.baselines.mlp_probe:MLPProbe",
-    "verbalized": "spanuq.baselines.backbone:Verbalized",
-    "p_true": "spanuq.baselines.backbone:PTrue",
-    "self_verify": "spanuq.baselines.backbone:SelfVerify",
-    "selfcheck_nli": "spanuq.baselines.sampling:SelfCheckNLI",
-    "semantic_entropy": "spanuq.baselines.sampling:SemanticEntropy",
-    "eigenscore": "spanuq.baselines.sampling:EigenScore",
-    "kle": "spanuq.baselines.sampling:KLE",
-}
-
-
-def baseline_class(name: str) -> type[SpanScorer]:
-    if name not in BASELINES:
-        raise ValueError(f"unknown baseline {name!r}; known baselines: {', '.join(sorted(BASELINES))}")
-    module, _, attr = BASELINES[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-def make_baseline(name: str, cfg: Config | None = None, **overrides: Any) -> SpanScorer:
-    """``make_baseline("mlp_probe", cfg)``: the registered scorer, configured from ``cfg``.
-
-    Without ``cfg`` the class defaults are used; keyword arguments override both.
-    """
-    cls = baseline_class(name)
-    return cls.from_config(cfg, **overrides) if cfg is not None else cls(**overrides)

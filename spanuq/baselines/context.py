@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import Config
-from ..io import read_records
-from ..paths import StagePaths
-from ..records import Claim, Generation, LabeledResponse
+from ..pipeline.files import read_records
+from ..pipeline.paths import StagePaths
+from ..pipeline.records import Claim, Generation, LabeledResponse
 
 
 @dataclass

@@ -2,8 +2,10 @@
 
 Measured in the baselines stage's own run, on the test answers:
 
-* SpanUQ: one teacher-forced backbone pass over [prompt; answer] (hidden states
-  of the fused layers + entropy) and one probe forward, per answer, batch size 1.
+* SpanUQ: what ``score(prompt, response)`` does per answer, batch size 1: one
+  teacher-forced backbone pass over [prompt; answer] (hidden states of the fused layers +
+  entropy), then the probe and its post-processing (spans grown to words and placed in the
+  text: one tokenisation of the answer).
 * Decoding: the greedy answer (what every method starts from) and the S samples
   the sampling methods need, re-generated with the configured generate backend on
   ``baselines.cost_answers`` test answers (their seeds as in the generate stage).
@@ -22,14 +24,16 @@ import torch
 
 from ..config import Config
 from ..features.dataset import ResponseExample
+from ..model.calibration import Calibration
 from .context import AnswerInfo
 
 
-def time_spanuq(cfg: Config, backbone, tokenizer, probe, examples: list[ResponseExample],
+def time_spanuq(cfg: Config, backbone, tokenizer, probe, calibration: Calibration, examples: list[ResponseExample],
                 infos: list[AnswerInfo], device) -> dict:
-    """Per answer: one teacher-forced extraction pass + one probe pass (batch 1)."""
-    from ..evaluate.predict import predict_examples
-    from ..features.extract import extract_batch, fused_layers
+    """Per answer: one teacher-forced extraction pass + the probe and its post-processing (batch 1)."""
+    from ..llm.presets import fused_layers
+    from ..llm.states import extract_batch
+    from ..model.postprocess import Answer, predict
 
     layers = fused_layers(cfg)
     dtype = getattr(torch, cfg.extract.dtype)
@@ -38,9 +42,8 @@ def time_spanuq(cfg: Config, backbone, tokenizer, probe, examples: list[Response
         t0 = time.perf_counter()
         item = extract_batch(backbone, tokenizer, [info.chat_prompt], [list(e.token_ids)], layers, dtype)[0]
         t1 = time.perf_counter()
-        ex = ResponseExample(e.prompt_id, e.domain, e.split, item.h.float(), item.entropy.float(), e.token_ids,
-                             e.spans, e.u, e.u_seq, e.response)
-        predict_examples(probe, [ex], 1, device)
+        predict(probe, [item], calibration, [Answer.of(tokenizer, e.response, e.token_ids)], batch_size=1,
+                device=device)
         t2 = time.perf_counter()
         t_extract.append(t1 - t0)
         t_probe.append(t2 - t1)

@@ -112,7 +112,8 @@ class SpacyDetector(Detector):
         self.name = "sentence" if kind == "sentence" else "spacy_ner"
 
     def detect(self, examples):
-        from ..label.targets import char_span_to_tokens, token_offsets
+        from ..label.targets import char_span_to_tokens
+        from ..llm.loading import token_offsets
 
         out = []
         for e, doc in zip(examples, self.nlp.pipe([e.response for e in examples])):

@@ -193,7 +193,7 @@ class MLPProbe(SpanScorer):
         return cls(**{"seed": cfg.train.seed, "device": cfg.train.device, **overrides})
 
     def fit(self, train: list[ResponseExample], dev: list[ResponseExample]) -> None:
-        from ..llm import resolve_device
+        from ..llm.loading import resolve_device
 
         device = resolve_device(self.device)
         train = [e for e in train if len(e.spans)]

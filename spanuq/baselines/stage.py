@@ -28,13 +28,13 @@ from tqdm.auto import tqdm
 
 from ..config import Config
 from ..evaluate.detection import detection_metrics
-from ..evaluate.metrics import defined, sequence_metrics, undefined
+from ..metrics.uq import defined, sequence_metrics, undefined
 from ..evaluate.scoring import oracle_span_metrics
 from ..features.dataset import ResponseExample, load_examples
-from ..io import write_json
-from ..paths import StagePaths
-from .base import make_baseline
+from ..pipeline.files import write_json
+from ..pipeline.paths import StagePaths
 from .context import AnswerContext
+from .registry import make_baseline
 
 log = logging.getLogger(__name__)
 _UNAVAILABLE = (OSError, ImportError, RuntimeError, ValueError, KeyError)
@@ -57,14 +57,14 @@ class Shared:
 
     def backbone(self):
         if self._backbone is None:
-            from ..llm import load_backbone
+            from ..llm.loading import load_backbone
 
             self._backbone = load_backbone(self.cfg)
         return self._backbone
 
     def asker(self):
         if self._asker is None:
-            from ..llm import load_backbone
+            from ..llm.loading import load_backbone
             from .backbone import BackboneAsker, asker_config
 
             acfg = asker_config(self.cfg)
@@ -82,13 +82,13 @@ class Shared:
 
     def tokenizer(self):
         if self._tok is None:
-            from ..llm import load_tokenizer
+            from ..llm.loading import load_tokenizer
 
             self._tok = load_tokenizer(self.cfg)
         return self._tok
 
     def overrides(self, name: str) -> dict:
-        from .base import baseline_class
+        from .registry import baseline_class
 
         req = baseline_class(name).requires
         out = {}
@@ -106,7 +106,7 @@ def _u_seq(e: ResponseExample) -> float:
 
 
 def _temperature(dev: list[ResponseExample], dev_scores: list[np.ndarray]) -> float | None:
-    from ..evaluate.ece import fit_temperature
+    from ..metrics.ece import fit_temperature
 
     u = np.concatenate([e.u.numpy() for e in dev] or [np.zeros(0)]).astype(np.float64)
     s = np.concatenate(dev_scores or [np.zeros(0)])
@@ -212,11 +212,12 @@ def add_costs(rows: dict, cost: dict, context_tokens: float, n_samples: int) -> 
 
 def run_baselines(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: baselines/metrics.json + baselines/scores.json; prints the table."""
-    from ..evaluate.predict import predict_examples
     from ..evaluate.scoring import all_span_scores
     from ..evaluate.table import format_table
-    from ..llm import resolve_device
-    from ..model import load_checkpoint
+    from ..features.dataset import answers
+    from ..llm.loading import resolve_device
+    from ..model.checkpoint import load_checkpoint
+    from ..model.postprocess import predict
     from .cost import time_decoding, time_spanuq
     from .mlp_probe import MLPProbe
 
@@ -247,16 +248,16 @@ def run_baselines(cfg: Config, progress: bool = True) -> Path:
     det_rows, det_scores = run_detectors(cfg, shared, mlp, train, test)
 
     device = resolve_device(cfg.train.device)
-    probe_model, _ = load_checkpoint(paths.probe, device)
+    ckpt = load_checkpoint(paths.probe, device)
     model, tok = shared.backbone()
-    cost = {"spanuq": time_spanuq(cfg, model, tok, probe_model, test, infos, device)}
+    cost = {"spanuq": time_spanuq(cfg, model, tok, ckpt.probe, ckpt.calibration, test, infos, device)}
     cost["decoding"] = time_decoding(cfg, infos[: cfg.baselines.cost_answers]) if cfg.baselines.cost_answers else {}
     sample_tokens = float(np.mean([sum(i.sample_tokens) for i in infos]))
     add_costs(rows, cost, sample_tokens, cfg.generate.n_samples)
     cost["ratio"] = spanuq_vs_selfcheck(cost, rows.get("selfcheck_nli"))
 
     # SpanUQ's score of every labelled span, by the evaluate stage's rule (for the report's charts)
-    preds = predict_examples(probe_model, test, cfg.train.batch_size, device, tokenizer=tok, dup_iou=cfg.evaluate.dup_iou)
+    preds = predict(ckpt.probe, test, ckpt.calibration, answers(tok, test), batch_size=cfg.train.batch_size, device=device)
     spanuq_scores, _ = all_span_scores(preds, test, iou_threshold=cfg.evaluate.iou_threshold)
     n_spans = int(sum(len(e.u) for e in test))
     metrics = {"backbone": cfg.backbone.name, "split": "test", "n_responses": len(test), "n_spans": n_spans,

@@ -60,9 +60,9 @@ class SurfacePrior(SpanScorer):
 
     @classmethod
     def from_config(cls, cfg, **overrides: Any) -> "SurfacePrior":
-        from ..io import read_records
-        from ..paths import StagePaths
-        from ..records import LabeledResponse, Prompt
+        from ..pipeline.files import read_records
+        from ..pipeline.paths import StagePaths
+        from ..pipeline.records import LabeledResponse, Prompt
 
         paths = StagePaths.from_config(cfg)
         prompts = {p.id: p.text for p in read_records(paths.prompts, Prompt)} if paths.prompts.exists() else {}

@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from ..io import write_jsonl
-from ..records import Prompt
+from ..pipeline.files import write_jsonl
+from ..pipeline.records import Prompt
 from .aliases import Entry, Ref, check, parse_refs
 from .prompts import bundled_path
 

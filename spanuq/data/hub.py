@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..config import HubDatasetConfig, HubSourcesConfig, PromptsConfig
-from ..records import Prompt
+from ..pipeline.records import Prompt
 from .mix import hash_order, interleave, mix, stratified_order
 
 log = logging.getLogger(__name__)

@@ -30,9 +30,9 @@ from typing import Any, Iterable, get_args
 from pydantic import ValidationError
 
 from ..config import Config, PromptsConfig
-from ..io import write_json, write_jsonl
-from ..paths import StagePaths
-from ..records import Domain, Prompt
+from ..pipeline.files import write_json, write_jsonl
+from ..pipeline.paths import StagePaths
+from ..pipeline.records import Domain, Prompt
 from .mix import counts, mix, stratified_order
 from .splits import SPLITS, assign_splits
 

@@ -16,13 +16,13 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from ..model.span_ops import pairwise_span_iou
-from .metrics import Undefined, _bootstrap_info, _percentile_ci, _resample_indices, _to_numpy, defined, undefined
+from ..metrics.uq import Undefined, bootstrap_info, defined, percentile_ci, resample_indices, to_numpy, undefined
 
 __all__ = ["detection_metrics", "match_spans", "token_iou_matrix"]
 
 def _token_intervals(spans) -> torch.Tensor:
     """Inclusive token spans (b, e) → half-open float intervals [b, e + 1)."""
-    a = torch.as_tensor(_to_numpy(spans, np.float64)).reshape(-1, 2).clone()
+    a = torch.as_tensor(to_numpy(spans, np.float64)).reshape(-1, 2).clone()
     if (a[:, 1] < a[:, 0]).any():
         raise ValueError("spans must have end >= start (inclusive token indices)")
     a[:, 1] += 1
@@ -51,7 +51,7 @@ def match_spans(pred_spans, gt_spans, iou_threshold: float = 0.3) -> list[tuple[
     return sorted(pairs, key=lambda t: t[1])
 
 
-def _counts_detection(matched: np.ndarray, n_pred: np.ndarray, n_gt: np.ndarray, ious: list[float],
+def counts_detection(matched: np.ndarray, n_pred: np.ndarray, n_gt: np.ndarray, ious: list[float],
                       bootstrap: int, seed: int) -> dict:
     """Micro P/R/F1 from per-response counts, with a bootstrap over responses."""
     fns = {
@@ -69,15 +69,15 @@ def _counts_detection(matched: np.ndarray, n_pred: np.ndarray, n_gt: np.ndarray,
     if bootstrap > 0:
         live = [k for k in fns if out[k]["value"] is not None]
         samples: dict[str, list[float]] = {k: [] for k in live}
-        for idx, _ in _resample_indices(None, len(matched), bootstrap, seed):
+        for idx, _ in resample_indices(None, len(matched), bootstrap, seed):
             for k in live:
                 try:
                     samples[k].append(fns[k](matched[idx], n_pred[idx], n_gt[idx]))
                 except Undefined:
                     pass
         for k in live:
-            out[k] = defined(out[k]["value"], _percentile_ci(samples[k]), n_boot=len(samples[k]))
-        out["bootstrap"] = _bootstrap_info(bootstrap, seed, "response")
+            out[k] = defined(out[k]["value"], percentile_ci(samples[k]), n_boot=len(samples[k]))
+        out["bootstrap"] = bootstrap_info(bootstrap, seed, "response")
     return out
 
 
@@ -113,4 +113,4 @@ def detection_metrics(pred_spans: Sequence, gt_spans: Sequence, iou_threshold: f
         p.append(len(_token_intervals(ps)))
         g.append(len(_token_intervals(gs)))
         ious += [iou for *_, iou in pairs]
-    return _counts_detection(np.array(m), np.array(p), np.array(g), ious, bootstrap, seed)
+    return counts_detection(np.array(m), np.array(p), np.array(g), ious, bootstrap, seed)

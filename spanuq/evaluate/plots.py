@@ -19,7 +19,7 @@ def roc_plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], threshold: float,
     """ROC of each method on binary labels u* ≥ threshold; curves: name → (u_true, score)."""
     from sklearn.metrics import roc_auc_score, roc_curve
 
-    from .metrics import is_positive
+    from ..metrics.uq import is_positive
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(4.4, 4), dpi=110)

@@ -21,54 +21,54 @@ from collections import Counter
 
 import numpy as np
 
-from .detection import _counts_detection, match_spans, token_iou_matrix
-from .metrics import _to_numpy, defined, sequence_metrics, span_metrics, undefined
+from ..model.postprocess import Prediction
+from .detection import counts_detection, match_spans, token_iou_matrix
+from ..metrics.uq import defined, sequence_metrics, span_metrics, to_numpy, undefined
 
 
 def example_u_seq(example) -> float | None:
     """Ground-truth sequence uncertainty: ``example.u_seq``, else the mean span u*, else None."""
     if example.u_seq is not None:
         return float(example.u_seq)
-    u = _to_numpy(example.u).ravel()
+    u = to_numpy(example.u).ravel()
     return float(u.mean()) if u.size else None
 
 
-def kept(pred: dict, validity_threshold: float | None = None) -> np.ndarray:
-    """Indices of the shown queries: ``pred["keep"]`` (the inference path's choice), or,
-    for a bare prediction dict, validity ≥ ``validity_threshold`` (0.5 when None)."""
-    if "keep" in pred and validity_threshold is None:
-        return np.asarray(pred["keep"], dtype=np.int64)
-    thr = 0.5 if validity_threshold is None else validity_threshold
-    return np.flatnonzero(_to_numpy(pred["validity"]).ravel() >= thr)
+def kept(pred: Prediction, validity_threshold: float | None = None) -> np.ndarray:
+    """Indices of the shown queries: ``pred.keep`` (the post-processing's choice), or all with
+    validity ≥ ``validity_threshold`` when one is given."""
+    if validity_threshold is None:
+        return np.asarray(pred.keep, dtype=np.int64)
+    return np.flatnonzero(to_numpy(pred.validity).ravel() >= validity_threshold)
 
 
-def _check_aligned(preds: list[dict], examples: list) -> None:
+def _check_aligned(preds: list[Prediction], examples: list) -> None:
     if len(preds) != len(examples):
         raise ValueError(f"{len(preds)} predictions for {len(examples)} examples")
     for p, e in zip(preds, examples):
-        if "prompt_id" in p and p["prompt_id"] != e.prompt_id:
-            raise ValueError(f"prediction for {p['prompt_id']!r} is aligned with example {e.prompt_id!r}")
+        if p.prompt_id != e.prompt_id:
+            raise ValueError(f"prediction for {p.prompt_id!r} is aligned with example {e.prompt_id!r}")
 
 
-def all_span_scores(preds: list[dict], examples: list, validity_threshold: float | None = None,
+def all_span_scores(preds: list[Prediction], examples: list, validity_threshold: float | None = None,
                     iou_threshold: float = 0.3, key: str = "u") -> tuple[list[np.ndarray], Counter]:
     """û of every labelled span by the rule in the module docstring, and where each came
     from: ``detected`` (best-overlapping kept prediction has IoU ≥ ``iou_threshold``),
     ``overlap`` (0 < IoU < threshold) or ``sequence`` (no overlap: û_seq).  ``key``
     picks ``u`` (calibrated) or ``u_raw``."""
     _check_aligned(preds, examples)
-    seq_key = "u_seq" if key == "u" else "u_seq_raw"
     out, source = [], Counter()
     for pred, ex in zip(preds, examples):
-        gt = _to_numpy(ex.spans, np.int64).reshape(-1, 2)
+        gt = to_numpy(ex.spans, np.int64).reshape(-1, 2)
         k = kept(pred, validity_threshold)
-        spans = _to_numpy(pred["spans"], np.int64).reshape(-1, 2)[k]
-        u = _to_numpy(pred.get(key, pred["u"])).ravel()[k]
-        fallback = float(pred.get(seq_key, pred["u_seq"]))
+        spans = to_numpy(pred.spans, np.int64).reshape(-1, 2)[k]
+        raw = key == "u_raw" and pred.u_raw is not None
+        u = to_numpy(pred.u_raw if raw else pred.u).ravel()[k]
+        fallback = float(pred.u_seq_raw if raw and pred.u_seq_raw is not None else pred.u_seq)
         scores = np.full(len(gt), fallback, dtype=np.float64)
         if len(gt) and len(spans):
             iou = token_iou_matrix(spans, gt)  # (P, G)
-            validity = _to_numpy(pred["validity"]).ravel()[k]
+            validity = to_numpy(pred.validity).ravel()[k]
             for g in range(len(gt)):
                 best = np.lexsort((-validity, -iou[:, g]))[0]  # highest IoU, then highest validity
                 if iou[best, g] > 0:
@@ -99,13 +99,13 @@ def span_level_metrics(scores_per_example: list, examples: list, cfg, bootstrap:
     ut, up, raw, grp = [], [], [], []
     default_seq = []
     for i, (sc, ex) in enumerate(zip(scores_per_example, examples)):
-        sc, u_star = _to_numpy(sc).ravel(), _to_numpy(ex.u).ravel()
+        sc, u_star = to_numpy(sc).ravel(), to_numpy(ex.u).ravel()
         if sc.shape != u_star.shape:
             raise ValueError(f"{ex.prompt_id}: {sc.size} scores for {u_star.size} ground-truth spans")
         ut.append(u_star)
         up.append(sc)
         if raw_scores_per_example is not None:
-            raw.append(_to_numpy(raw_scores_per_example[i]).ravel())
+            raw.append(to_numpy(raw_scores_per_example[i]).ravel())
         grp += [ex.prompt_id] * len(sc)
         default_seq.append(float(sc.mean()) if sc.size else None)
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
@@ -120,7 +120,7 @@ def span_level_metrics(scores_per_example: list, examples: list, cfg, bootstrap:
 oracle_span_metrics = span_level_metrics
 
 
-def matched_pairs(preds: list[dict], examples: list, cfg, validity_threshold: float | None = None) -> dict:
+def matched_pairs(preds: list[Prediction], examples: list, cfg, validity_threshold: float | None = None) -> dict:
     """One-to-one matching (IoU ≥ cfg.iou_threshold) of each response's kept predictions to its
     labelled spans: ``u_true``, ``u_pred``, ``groups`` over matched pairs, the matched ``ious``
     and per-response ``matched``, ``n_pred``, ``n_gt`` counts (detection)."""
@@ -128,9 +128,9 @@ def matched_pairs(preds: list[dict], examples: list, cfg, validity_threshold: fl
     ut, up, grp, ious, m, p, g = [], [], [], [], [], [], []
     for pred, ex in zip(preds, examples):
         k = kept(pred, validity_threshold)
-        spans = _to_numpy(pred["spans"], np.int64).reshape(-1, 2)[k]
-        u = _to_numpy(pred["u"]).ravel()[k]
-        gt, u_star = _to_numpy(ex.spans, np.int64).reshape(-1, 2), _to_numpy(ex.u).ravel()
+        spans = to_numpy(pred.spans, np.int64).reshape(-1, 2)[k]
+        u = to_numpy(pred.u).ravel()[k]
+        gt, u_star = to_numpy(ex.spans, np.int64).reshape(-1, 2), to_numpy(ex.u).ravel()
         pairs = match_spans(spans, gt, cfg.iou_threshold)
         for pi, gi, iou in pairs:
             ut.append(u_star[gi])
@@ -156,9 +156,9 @@ def _sequence_from(examples: list, seq_preds: list[float | None], cfg, bootstrap
     return sequence_metrics(yt, yp, cfg.seq_positive_threshold, bootstrap, cfg.seed)
 
 
-def evaluate_predictions(preds: list[dict], examples: list, cfg, bootstrap: int = 0,
+def evaluate_predictions(preds: list[Prediction], examples: list, cfg, bootstrap: int = 0,
                          temperature: float | None = None, validity_threshold: float | None = None) -> dict:
-    """Every metric of a span-finding method's predictions (``predict_examples`` output).
+    """Every metric of a span-finding method's predictions (`spanuq.model.postprocess.predict`).
 
     ``span``: over every labelled span (`all_span_scores`; ``ece_raw`` beside ``ece``
     when the predictions carry ``u_raw``); ``span_matched``: over matched pairs only;
@@ -170,16 +170,16 @@ def evaluate_predictions(preds: list[dict], examples: list, cfg, bootstrap: int 
     """
     scores, sources = all_span_scores(preds, examples, validity_threshold, cfg.iou_threshold)
     raw = None
-    if all("u_raw" in p for p in preds):
+    if all(p.u_raw is not None for p in preds):
         raw, _ = all_span_scores(preds, examples, validity_threshold, cfg.iou_threshold, key="u_raw")
     row = span_level_metrics(scores, examples, cfg, bootstrap, temperature,
-                             seq_scores=[p.get("u_seq") for p in preds], raw_scores_per_example=raw)
+                             seq_scores=[p.u_seq for p in preds], raw_scores_per_example=raw)
     r = matched_pairs(preds, examples, cfg, validity_threshold)
     matched = span_metrics(r["u_true"], r["u_pred"], cfg.positive_threshold, cfg.ece_bins, None, bootstrap,
                            r["groups"], cfg.seed, pair_gap=cfg.pair_gap)
-    detection = _counts_detection(r["matched"], r["n_pred"], r["n_gt"], r["ious"], bootstrap, cfg.seed)
+    detection = counts_detection(r["matched"], r["n_pred"], r["n_gt"], r["ious"], bootstrap, cfg.seed)
     detection["iou_threshold"] = float(cfg.iou_threshold)
-    thresholds = {float(p["threshold"]) for p in preds if "threshold" in p}
+    thresholds = {float(p.threshold) for p in preds if p.threshold is not None}
     detection["validity_threshold"] = (validity_threshold if validity_threshold is not None
                                        else thresholds.pop() if len(thresholds) == 1 else None)
     n_gt = int(r["n_gt"].sum())

@@ -1,14 +1,12 @@
-"""Print the evaluation table of a metrics.json.
-
-    python -m spanuq.evaluate.table [data/<backbone>/metrics.json]   # default: the backbone in params.yaml
-"""
+"""The plain-text table of methods (SpanUQ, the floors, the baselines) that the stages print."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from ..metrics.uq import WIDE_CI, metric_value, negatives, wide_interval
 
-from ..io import read_json
-from .metrics import WIDE_CI, metric_value, negatives, wide_interval
+# the ablation table (`spanuq ablate`, the report): column name, where its metric is in a metrics dict
+ABLATION_COLUMNS = [("AUROC", ("span", "auroc")), ("MAE", ("span", "mae")), ("ρ_s", ("span", "spearman")),
+                    ("P", ("detection", "precision")), ("R", ("detection", "recall")), ("F1", ("detection", "f1")),
+                    ("coverage", ("coverage",)), ("mean IoU", ("detection", "mean_iou"))]
 
 # headline span metrics are over every labelled span; "matched" columns only over the
 # labelled spans a method detected (IoU ≥ 0.3), beside how many that was (coverage).
@@ -67,32 +65,3 @@ def _seq_auroc_header(rows: dict[str, dict]) -> str:
             if k.startswith("auroc@"):
                 return "seq AUROC" + k[len("auroc"):]
     return "seq AUROC@0.3"
-
-
-META_KEYS = {"backbone", "split", "n_responses", "n_spans", "probe", "floors"}
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) > 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    if args:
-        path = Path(args[0])
-    else:
-        from ..config import load_config
-        from ..paths import StagePaths
-
-        path = StagePaths.from_config(load_config()).metrics
-    if not path.exists():
-        print(f"no metrics yet at {path}: run `dvc repro`", file=sys.stderr)
-        return 1
-    m = read_json(path)
-    rows = {k: v for k, v in m.items() if k not in META_KEYS and isinstance(v, dict)}
-    print(f"{m.get('backbone')}, {m.get('split')} split: {m.get('n_responses')} responses, {m.get('n_spans')} spans")
-    print(format_table(rows))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..model.postprocess import Answer, pad_states
+from ..model.span_ops import token_spans_to_normalized
+
 
 @dataclass
 class ResponseExample:
@@ -31,9 +34,7 @@ class ResponseExample:
 
     def normalized_spans(self) -> torch.Tensor:
         """(K, 2) float in [0, 1]: [b/T, (e+1)/T]."""
-        T = float(self.n_tokens)
-        s = self.spans.float()
-        return torch.stack([s[:, 0] / T, (s[:, 1] + 1) / T], dim=-1) if len(s) else s.reshape(0, 2)
+        return token_spans_to_normalized(self.spans.reshape(-1, 2), self.n_tokens)
 
 
 @dataclass
@@ -53,22 +54,18 @@ class Batch:
 
 
 def collate(examples: list[ResponseExample]) -> Batch:
-    B = len(examples)
-    T = max(e.n_tokens for e in examples)
-    d = examples[0].h.shape[1]
-    h = torch.zeros(B, T, d, dtype=torch.float32)
-    ent = torch.zeros(B, T, dtype=torch.float32)
-    mask = torch.zeros(B, T, dtype=torch.bool)
+    h, ent, mask, lengths = pad_states(examples)
     targets = []
-    for i, e in enumerate(examples):
-        n = e.n_tokens
-        h[i, :n] = e.h.float()
-        ent[i, :n] = e.entropy.float()
-        mask[i, :n] = True
+    for e in examples:
         u_seq = e.u_seq if e.u_seq is not None else (float(e.u.mean()) if len(e.u) else 0.0)
         targets.append({"spans": e.normalized_spans(), "u": e.u.float(), "u_seq": torch.tensor(u_seq)})
-    lengths = torch.tensor([e.n_tokens for e in examples], dtype=torch.long)
     return Batch(h, ent, mask, lengths, targets, examples)
+
+
+def answers(tokenizer, examples: list[ResponseExample]) -> list[Answer | None]:
+    """Each example's answer text with its token offsets (one tokenisation each), for `predict`
+    to grow spans to whole words and place them in the text; all None without a tokenizer."""
+    return [Answer.of(tokenizer, e.response, e.token_ids) if tokenizer is not None else None for e in examples]
 
 
 def load_examples(features_dir, labels_path, splits: tuple[str, ...] | None = None) -> list[ResponseExample]:
@@ -79,8 +76,8 @@ def load_examples(features_dir, labels_path, splits: tuple[str, ...] | None = No
     "no span here".  ``meta["unplaced"]`` counts an answer's claims that could not be
     placed on tokens (training leaves such answers out).
     """
-    from ..io import read_records
-    from ..records import LabeledResponse
+    from ..pipeline.files import read_records
+    from ..pipeline.records import LabeledResponse
     from .store import FeatureStore
 
     store = FeatureStore(features_dir)

@@ -11,33 +11,17 @@ Bytes per response token: 2·d (h) + 8 (entropy, token id).
 """
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from ..io import write_json
+from ..llm.states import FeatureItem
+from ..pipeline.files import sha256_file, write_json
 
 FEATURE_SCHEMA_VERSION = 1
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-@dataclass
-class FeatureItem:
-    h: torch.Tensor  # (T, d)
-    entropy: torch.Tensor  # (T,)
-    token_ids: torch.Tensor  # (T,) int32
 
 
 class ShardWriter:

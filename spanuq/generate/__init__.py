@@ -1,4 +1,3 @@
-"""Generation: greedy primary answer + S samples, behind one `Generator` interface."""
-from .base import Completion, Generator, make_generator
-
-__all__ = ["Completion", "Generator", "make_generator"]
+"""Generation: greedy primary answer + S samples.  Backends (``hf.py``, ``server.py``, ``vllm.py``)
+implement one `Generator` interface (``base.py``); the stage (``stage.py``) builds the configured one
+(`make_generator`, `open_generator`) and writes generations.jsonl."""

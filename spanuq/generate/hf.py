@@ -11,7 +11,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
 from ..config import Config
-from ..llm import load_backbone
+from ..llm.loading import load_backbone
 from .base import Completion
 
 

@@ -10,7 +10,7 @@ import itertools
 from concurrent.futures import ThreadPoolExecutor
 
 from ..config import Config
-from ..openai_client import OpenAIClient
+from ..llm.openai_client import OpenAIClient
 from .base import Completion
 
 

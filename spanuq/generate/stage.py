@@ -16,13 +16,13 @@ from typing import Iterator
 
 from tqdm.auto import tqdm
 
-from ..cache import ItemCache, content_hash
 from ..config import Config
-from ..io import read_records, write_json, write_jsonl
-from ..llm import chat_prompt, load_tokenizer, response_token_ids
-from ..paths import StagePaths
-from ..records import Generation, Prompt, Sample
-from .base import Completion, Generator, make_generator
+from ..llm.loading import chat_prompt, load_tokenizer, response_token_ids
+from ..pipeline.cache import ItemCache, content_hash
+from ..pipeline.files import read_records, write_json, write_jsonl
+from ..pipeline.paths import StagePaths
+from ..pipeline.records import Generation, Prompt, Sample
+from .base import Completion, Generator
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,26 @@ def decoding_settings(cfg: Config) -> dict:
         **({"sample_max_new_tokens": g.sample_max_new_tokens} if g.sample_max_new_tokens else {}),
         **({"stop": "|".join(g.stop)} if g.stop else {}),
     }
+
+
+def make_generator(cfg: Config, server=None) -> Generator:
+    """The backend named by ``generate.backend`` (resolved: not ``auto``), imported on first use (a
+    backend imports only `base`); ``server`` is the llama.cpp server started for a ``server``
+    backend, watched for crashes."""
+    kind = cfg.generate.backend
+    if kind == "hf":
+        from .hf import HFGenerator
+
+        return HFGenerator(cfg)
+    if kind == "server":
+        from .server import ServerGenerator
+
+        return ServerGenerator(cfg, server=server)
+    if kind == "vllm":
+        from .vllm import VLLMGenerator
+
+        return VLLMGenerator(cfg)
+    raise ValueError(f"unknown generate.backend {kind!r}")
 
 
 @contextmanager
@@ -73,7 +93,7 @@ def resolve_auto_backend(cfg: Config) -> str:
     on a GPU for other backbones when it is installed, else transformers."""
     import importlib.util
 
-    from ..backbones import get_preset
+    from ..llm.presets import get_preset
 
     if not cfg.generate.launch_server:
         return "server"
@@ -102,9 +122,9 @@ def _managed_server(cfg: Config, fall_back: bool):
     (and one warning) when they cannot run."""
     from contextlib import ExitStack
 
-    from ..backbones import get_preset
-    from ..llamacpp import LlamaCppServer, ServerCrashed
-    from ..llm import gguf_path
+    from ..llm.llamacpp import LlamaCppServer, ServerCrashed
+    from ..llm.loading import gguf_path
+    from ..llm.presets import get_preset
 
     preset = get_preset(cfg.backbone.name)
     if not preset.gguf_package:

@@ -1,10 +1,10 @@
 """In-process vLLM backend (GPU; `pip install spanuq[gpu]`). Imported lazily."""
 from __future__ import annotations
 
-from ..backbones import get_preset
 from ..config import Config
-from ..llm import model_source
-from ..paths import models_dir
+from ..llm.loading import model_source
+from ..llm.presets import get_preset
+from ..pipeline.paths import models_dir
 from .base import Completion
 
 

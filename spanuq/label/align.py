@@ -38,7 +38,7 @@ class Aligner(Protocol):
 
 
 def _device(device: str) -> str:
-    from ..llm import resolve_device
+    from ..llm.loading import resolve_device
 
     return resolve_device(device)
 

@@ -35,9 +35,9 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ..cache import ItemCache, content_hash
 from ..config import JudgeConfig
-from ..openai_client import EndpointError, EndpointUnreachable, OpenAIClient
+from ..llm.openai_client import EndpointError, EndpointUnreachable, OpenAIClient
+from ..pipeline.cache import ItemCache, content_hash
 
 log = logging.getLogger(__name__)
 

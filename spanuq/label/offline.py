@@ -43,7 +43,7 @@ and no Wikipedia dump.  For one greedy answer with S samples:
 What this measures: mostly *self-consistency* (would the model say this again?)
 plus reference checks on the answer slot.  What it misses: a claim the model
 states consistently but wrongly, where no reference covers it, gets a low u*.
-The judge labeller (`judged.py`) is the paper's method.
+The judge labeller (`judge_labeller.py`) is the paper's method.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import LabelConfig
-from ..records import Claim, Generation, Prompt, Sample
+from ..pipeline.records import Claim, Generation, Prompt, Sample
 from .align import Aligner
 from .terms import TextIndex, is_prompt_copy, numbers_in
 from .truth import truth_row

@@ -8,7 +8,6 @@ loads it, and rebuilds only when the corpus file changed.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import bm25s
 
-from ..io import iter_jsonl, read_json, write_json
+from ..pipeline.files import iter_jsonl, read_json, sha256_file, write_json
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +45,6 @@ def read_corpus(path: str | Path) -> list[Passage]:
     if not out:
         raise ValueError(f"{path}: the corpus has no passages")
     return out
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class BM25Retriever:
@@ -91,7 +82,7 @@ class BM25Retriever:
     def open(cls, corpus_path: str | Path, index_dir: str | Path) -> "BM25Retriever":
         """Load the saved index of `corpus_path`, building (and saving) it when missing or stale."""
         index_dir = Path(index_dir)
-        sha = file_sha256(corpus_path)
+        sha = sha256_file(corpus_path)
         mf = index_dir / MANIFEST
         if mf.exists():
             m = read_json(mf)

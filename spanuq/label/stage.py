@@ -23,15 +23,15 @@ from typing import Iterator
 
 from tqdm.auto import tqdm
 
-from ..cache import ItemCache, content_hash
 from ..config import Config
-from ..io import read_json, read_records, write_json, write_jsonl
-from ..llm import load_tokenizer
-from ..openai_client import EndpointUnreachable
-from ..paths import StagePaths
-from ..records import Claim, Generation, LabeledResponse, Prompt
+from ..llm.loading import load_tokenizer
+from ..llm.openai_client import EndpointUnreachable
+from ..pipeline.cache import ItemCache, content_hash
+from ..pipeline.files import read_json, read_records, write_json, write_jsonl
+from ..pipeline.paths import StagePaths
+from ..pipeline.records import Claim, Generation, LabeledResponse, Prompt
 from .offline import LabelResult
-from .report import label_report, plot_label_report, u_bin
+from .summary import label_report, plot_label_report, u_bin
 from .targets import span_targets
 from .truth import plot_truth, truth_check
 
@@ -80,7 +80,7 @@ def open_labeller(cfg: Config, paths: StagePaths) -> Iterator[object]:
         yield OfflineLabeller(cfg.label, aligner)
         return
     from .judge import Judge
-    from .judged import JudgeLabeller
+    from .judge_labeller import JudgeLabeller
     from .retrieval import MANIFEST, BM25Retriever
 
     retriever = None
@@ -107,7 +107,7 @@ def label_all(cfg: Config, prompts: dict[str, Prompt], gens: list[Generation], l
     """LabelResult per generation, from the cache or the labeller (each cached as soon as it is done).
 
     Raises `LabelFailures` after the last answer when some failed transiently."""
-    from .judged import TransientLabelError
+    from .judge_labeller import TransientLabelError
 
     out: list[LabelResult] = []
     failed: list[tuple[str, str]] = []

@@ -14,13 +14,8 @@ are both kept (they are two claims).
 """
 from __future__ import annotations
 
-from ..records import Claim, SpanTarget
-
-
-def token_offsets(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-    """(token ids, character offsets) of the canonical tokenisation of `text`."""
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+from ..llm.loading import token_offsets
+from ..pipeline.records import Claim, SpanTarget
 
 
 def char_span_to_tokens(offsets: list[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
@@ -48,36 +43,3 @@ def span_targets(claims: list[Claim], text: str, token_ids: list[int], tokenizer
         out.append(SpanTarget(claim_id=c.id, text=text[c.start:c.end], char_start=c.start, char_end=c.end,
                               tok_start=span[0], tok_end=span[1], u=c.u))
     return out, lost
-
-
-def token_span_to_chars(text: str, offsets: list[tuple[int, int]], tok_start: int, tok_end: int) -> tuple[int, int]:
-    """Characters [start, end) of the inclusive token span, without edge whitespace and never
-    inside a grapheme cluster (the inverse of `char_span_to_tokens`, for showing predicted
-    spans in the text)."""
-    start, end = snap_to_graphemes(text, offsets[tok_start][0], offsets[tok_end][1])
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
-
-
-def snap_to_graphemes(text: str, start: int, end: int) -> tuple[int, int]:
-    """[start, end) grown to whole user-perceived characters (Unicode extended grapheme clusters).
-
-    A token boundary can fall inside one: 🇫🇷 is two code points (regional indicators), 👩‍👧 three
-    joined by U+200D, "é" may be e + U+0301; a span offset between them would show half a flag.
-    Pure-ASCII text has no multi-code-point clusters and is returned as is."""
-    if text.isascii() or not text:
-        return start, end
-    import regex  # the `regex` package's \X matches one extended grapheme cluster
-
-    for m in regex.finditer(r"\X", text):
-        a, b = m.span()
-        if a < start < b:
-            start = a
-        if a < end < b:
-            end = b
-        if a >= end:
-            break
-    return start, end

@@ -58,7 +58,7 @@ def truth_check(rows: list[dict], positive_threshold: float = 0.5, bootstrap: in
 
     ``rows``: `truth_row` dicts of every labelled answer whose prompt has references.
     """
-    from ..evaluate.metrics import is_positive, span_metrics
+    from ..metrics.uq import is_positive, span_metrics
 
     u = np.array([r["u"] for r in rows], dtype=float)
     wrong = np.array([r["slot"] == "wrong" for r in rows], dtype=float)

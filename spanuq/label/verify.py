@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from ..records import VERDICT_SCORE
+from ..pipeline.records import VERDICT_SCORE
 from .judge import Judge, JudgeFailure, Template
 from .retrieval import BM25Retriever, Passage
 

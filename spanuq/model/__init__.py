@@ -1,27 +1,11 @@
-"""The SpanUQ probe: span geometry, Mixture-of-Beta head, Hungarian matcher, losses, checkpoints."""
-from .checkpoint import load_checkpoint, save_checkpoint
-from .losses import SetCriterion, ranking_pairs
-from .matcher import HungarianMatcher
-from .mob import MixtureOfBeta, beta_log_prob, mob_log_prob, mob_mean, mob_precision
-from .probe import SpanUQProbe, sinusoidal_position_encoding
-from .span_ops import (
-    generalized_span_iou,
-    normalized_to_token_spans,
-    pairwise_span_iou,
-    span_cw_to_se,
-    span_giou,
-    span_iou,
-    span_length,
-    span_se_to_cw,
-    suppress_duplicates,
-    token_spans_to_normalized,
-)
+"""The SpanUQ probe (paper §3), laid out like detr's ``models/``:
 
-__all__ = [
-    "HungarianMatcher", "MixtureOfBeta", "SetCriterion", "SpanUQProbe",
-    "beta_log_prob", "generalized_span_iou", "load_checkpoint", "mob_log_prob", "mob_mean", "mob_precision",
-    "normalized_to_token_spans", "pairwise_span_iou", "ranking_pairs", "save_checkpoint",
-    "sinusoidal_position_encoding", "span_cw_to_se", "span_giou", "span_iou", "span_length", "span_se_to_cw",
-    "suppress_duplicates",
-    "token_spans_to_normalized",
-]
+* ``probe.py``: `SpanUQProbe`, encoder + set decoder + heads, opening with its math;
+* ``queries.py``: reference spans (two-stage selection, refinement, denoising queries);
+* ``mob.py``: the Mixture-of-Beta uncertainty head;
+* ``matcher.py``: the Hungarian matcher (detr's contract); ``losses.py``: `SetCriterion`;
+* ``span_ops.py``: 1-D span geometry, the interval analogue of detr's ``box_ops``;
+* ``postprocess.py``: the one post-processing step, probe outputs → shown spans (detr's ``PostProcess``),
+  with the dev-fitted `Calibration` (``calibration.py``);
+* ``checkpoint.py``: safetensors + JSON checkpoints.
+"""

@@ -77,7 +77,7 @@ def sinusoidal_position_encoding(T: int, d: int, device=None, dtype=torch.float3
 
 class SpanUQProbe(nn.Module):
     """forward(h, entropy, mask, lengths) -> dict (see ``forward``); spans and scores a reader sees come
-    from the one inference path, `spanuq.evaluate.predict.predict_examples`."""
+    from the one post-processing step, `spanuq.model.postprocess.PostProcess`."""
 
     def __init__(self, cfg: ProbeConfig, d_model: int):
         super().__init__()

@@ -1,6 +1,10 @@
 """The `report` stage: metrics.json (evaluate) + baselines/ (+ ablation/ when present) →
 ``data/<backbone>/report/report.md`` and ``index.html``, with a ROC chart of every
-method, reliability diagrams and the per-domain breakdown; logged to MLflow."""
+method, reliability diagrams and the per-domain breakdown; logged to MLflow.  It prints
+the test-split table of SpanUQ beside the floors and every baseline, as does
+
+    python -m spanuq.report [-p params.yaml]    # the table of the last run, without running anything
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from ..config import Config
-from ..io import read_json
-from ..paths import StagePaths
+from ..pipeline.files import read_json
+from ..pipeline.paths import StagePaths
 from .render import write_report
 from .tables import (METHODS, ablation_table, cost_table, detection_table, display_name, method_rows,
                      per_domain_table, sequence_table, span_table)
@@ -38,16 +42,33 @@ def figures(scores: dict, rows: dict, out_dir: Path, threshold: float, n_bins: i
     return out
 
 
-def run_report(cfg: Config, progress: bool = True) -> Path:
-    """DVC/Prefect entry point: report/report.md + report/index.html (+ an MLflow artifact)."""
-    paths = StagePaths.from_config(cfg)
-    out_dir = paths.root / "report"
+def read_metrics(paths: StagePaths) -> tuple[dict, dict]:
+    """(evaluate's metrics.json, the baselines stage's metrics.json); a clear error when one is missing."""
     if not paths.metrics.exists():
-        raise FileNotFoundError(f"{paths.metrics} is missing: run `spanuq evaluate` first")
+        raise FileNotFoundError(f"{paths.metrics} is missing: run `spanuq evaluate` (or `dvc repro`) first")
     base_file = paths.root / "baselines" / "metrics.json"
     if not base_file.exists():
-        raise FileNotFoundError(f"{base_file} is missing: run `spanuq baselines` first")
-    evaluation, baselines = read_json(paths.metrics), read_json(base_file)
+        raise FileNotFoundError(f"{base_file} is missing: run `spanuq baselines` (or `dvc repro`) first")
+    return read_json(paths.metrics), read_json(base_file)
+
+
+def summary(evaluation: dict, baselines: dict) -> str:
+    """SpanUQ beside the floors (surface prior, token entropy, MLP probe) and every baseline, one
+    row each over the same labelled test spans (the evaluate and baselines stages' metrics)."""
+    from ..evaluate.table import format_table
+
+    rows = {k: v for k, v in method_rows(evaluation, baselines).items() if "span" in v}
+    return (f"{evaluation.get('backbone')}, {evaluation.get('split')} split: {evaluation.get('n_responses')} responses, "
+            f"{evaluation.get('n_spans')} labelled spans (span metrics over every labelled span)\n"
+            f"{format_table(rows)}")
+
+
+def run_report(cfg: Config, progress: bool = True) -> Path:
+    """DVC/Prefect entry point: report/report.md + report/index.html (+ an MLflow artifact); prints
+    the table of every method."""
+    paths = StagePaths.from_config(cfg)
+    out_dir = paths.root / "report"
+    evaluation, baselines = read_metrics(paths)
     scores = read_json(paths.root / "baselines" / "scores.json")
     rows = method_rows(evaluation, baselines)
     tables = [span_table(rows), sequence_table(rows), detection_table(evaluation, baselines),
@@ -70,9 +91,10 @@ def run_report(cfg: Config, progress: bool = True) -> Path:
     figs = figures(scores, rows, out_dir, cfg.evaluate.positive_threshold, cfg.evaluate.ece_bins)
     md, page = write_report(out_dir, f"{cfg.report.title}: {cfg.backbone.name}", intro, tables, figs)
     if cfg.report.log_mlflow:
-        from .. import tracking
+        from ..pipeline import tracking
 
         with tracking.start_run(cfg, run_name=f"report-{cfg.backbone.name}", tags={"stage": "report"}):
             tracking.log_artifacts(str(out_dir), "report")
+    print(summary(evaluation, baselines))
     print(f"report: {page}")
     return page

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..evaluate.metrics import WIDE_CI, is_positive, metric_value, negatives, span_metrics, wide_interval
+from ..metrics.uq import WIDE_CI, is_positive, metric_at, metric_value, negatives, span_metrics, wide_interval
+from ..evaluate.table import ABLATION_COLUMNS
 
 # display name, implementation (docs/baselines.md says why)
 METHODS: dict[str, tuple[str, str]] = {
     "spanuq": ("SpanUQ (ours)", "spanuq probe, one forward pass"),
     "token_entropy": ("Token entropy", "ours"),
     "mlp_probe": ("MLP probe*", "ours"),
-    "surface_prior": ("Surface prior", "evaluate stage"),
+    "surface_prior": ("Surface prior", "ours (the floor: where a span sits, how long, prompt overlap)"),
     "verbalized": ("Verbalized confidence", "ours (backbone, transformers)"),
     "p_true": ("P(True)", "ours (backbone, transformers)"),
     "self_verify": ("FActScore-style self-verification", "ours (backbone, transformers)"),
@@ -80,7 +81,7 @@ def display_name(key: str, row: dict) -> str:
 
 
 def method_rows(evaluation: dict, baselines: dict) -> dict[str, dict]:
-    """SpanUQ and the evaluate stage's rows, then the baselines stage's (which win on a shared name)."""
+    """SpanUQ (the evaluate stage's row) first, then the baselines stage's rows."""
     rows = {k: v for k, v in evaluation.items() if isinstance(v, dict) and ("span" in v or "unavailable" in v)}
     rows.update(baselines.get("methods", {}))
     if "spanuq" in rows:
@@ -207,21 +208,14 @@ def per_domain_table(scores: dict, positive_threshold: float = 0.5) -> Table:
 def ablation_table(ablation_dir: Path) -> Table | None:
     """The rows of ``spanuq ablate`` (``ablation/ablation.json``), when it has run: each row's
     switches trained on the same split and scored as the evaluate stage scores."""
-    from ..ablate import COLUMNS
-
     f = Path(ablation_dir) / "ablation.json"
     if not f.is_file():
         return None
     d = json.loads(f.read_text())
-    h = ["Variant", *[c for c, _ in COLUMNS], "train s"]
+    h = ["Variant", *[c for c, _ in ABLATION_COLUMNS], "train s"]
     body = []
     for r in d.get("rows", []):
-        cells = []
-        for _, path in COLUMNS:
-            m = r.get("metrics", {})
-            for k in path:
-                m = m.get(k) if isinstance(m, dict) else None
-            cells.append(cell(m))
+        cells = [cell(metric_at(r.get("metrics", {}), *path)) for _, path in ABLATION_COLUMNS]
         body.append([r["name"], *cells, num(r.get("train_seconds"), 0)])
     meta = d.get("meta", {})
     first = next((r.get("metrics", {}).get("span") for r in d.get("rows", []) if r.get("metrics")), None)

@@ -1,16 +1,10 @@
-"""Scoring answers with a trained probe: the `SpanUQ` API (scorer.py), its result schema
-(schema.py), hidden states for an answer (states.py) and the CLI (cli.py).
+"""The product: scoring answers with a trained probe.
 
-Names are imported on first use, so `spanuq --help` and the light stages do not load torch.
+* ``scorer.py``: the `SpanUQ` API (``from spanuq import SpanUQ``; docs/score.md);
+* ``schema.py``: its request and result records (docs/score.schema.json);
+* ``service.py``: the HTTP service of `spanuq serve`, with its web page (``web/``);
+* ``views.py``: every view of scored spans (terminal, HTML, the web page's fragments, PNG);
+* ``mlflow_model.py`` and ``registry.py``: the probe as an MLflow pyfunc model, logged and
+  registered with its ``champion`` alias;
+* ``commands.py``: the `spanuq score` and `spanuq serve` commands.
 """
-from importlib import import_module
-
-_NAMES = {"SpanUQ": "scorer", "InputError": "scorer", "GenerationError": "scorer", "ScoreResult": "schema", "ScoredSpan": "schema",
-          "ScoreRequest": "schema", "Timings": "schema"}
-__all__ = sorted(_NAMES)
-
-
-def __getattr__(name: str):
-    if name in _NAMES:
-        return getattr(import_module(f".{_NAMES[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

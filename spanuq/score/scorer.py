@@ -1,6 +1,6 @@
 """`SpanUQ`: which parts of an answer are likely wrong, for a prompt or a (prompt, answer) pair.
 
-    from spanuq.api import SpanUQ
+    from spanuq import SpanUQ
     uq = SpanUQ.load()                                   # data/<backbone>/probe after `make repro`
     uq = SpanUQ.load("models:/spanuq-smollm2-135m@champion")
     r = uq.score("Who was Marie Curie?")                 # the backbone answers, then the probe scores
@@ -8,10 +8,11 @@
     rs = uq.score_many([{"prompt": …, "response": …}, …])
 
 The checkpoint names its backbone (and fused layers) in ``config.json``'s ``extra``; that
-backbone is loaded with it.  Inference is the evaluate stage's one path, `spanuq.evaluate.predict.predict_examples`:
-û calibrated with the checkpoint's temperature, u_raw, ν, validity, û_seq, the kept queries
-(validity ≥ the checkpoint's threshold, duplicate suppression with ``evaluate.dup_iou``) and
-token spans grown to whole words; here they become exact character offsets of the original string.
+backbone is loaded with it.  The answer is tokenised once (its token ids and character
+offsets); the probe's outputs go through the one post-processing step every consumer uses
+(`spanuq.model.postprocess`): û calibrated with the checkpoint's temperature, u_raw, ν,
+validity, û_seq, the kept queries (validity ≥ the checkpoint's threshold, duplicates
+suppressed) and spans grown to whole words, as exact character offsets of the original string.
 """
 from __future__ import annotations
 
@@ -24,13 +25,11 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import Config, load_config
-from ..evaluate.predict import calibration, predict_examples
-from ..features.dataset import ResponseExample
-from ..features.store import FeatureItem
-from ..label.targets import token_offsets, token_span_to_chars
-from ..model import load_checkpoint
+from ..llm.loading import token_offsets
+from ..llm.states import extract_batch, generate_with_states
+from ..model.checkpoint import Checkpoint, load_checkpoint
+from ..model.postprocess import Answer, Prediction, predict
 from .schema import ScoredSpan, ScoreRequest, ScoreResult, Timings
-from .states import generate_with_states, teacher_forced_items
 
 log = logging.getLogger(__name__)
 LLAMACPP_CTX = 4096  # the managed llama.cpp server's context (prompt + generated tokens)
@@ -54,7 +53,7 @@ def resolve_checkpoint(source: str | Path | None, cfg: Config) -> Path:
     """A probe folder from a path, an MLflow model URI (``models:/spanuq-<backbone>@champion``,
     ``runs:/<id>/probe``) or, with None, the pipeline's ``data/<backbone>/probe``."""
     if source is None:
-        from ..paths import StagePaths
+        from ..pipeline.paths import StagePaths
 
         path = StagePaths.from_config(cfg).probe
         if not (path / "config.json").exists():
@@ -66,7 +65,7 @@ def resolve_checkpoint(source: str | Path | None, cfg: Config) -> Path:
         import mlflow
         import yaml
 
-        from ..tracking import tracking_uri
+        from ..pipeline.tracking import tracking_uri
 
         mlflow.set_tracking_uri(tracking_uri(cfg))
         mlflow.set_registry_uri(tracking_uri(cfg))
@@ -85,17 +84,18 @@ def resolve_checkpoint(source: str | Path | None, cfg: Config) -> Path:
 class SpanUQ:
     """One probe + its frozen backbone.  Not thread-safe: the service queues requests onto one."""
 
-    def __init__(self, probe, meta: dict, cfg: Config, backbone, tokenizer, checkpoint: Path,
+    def __init__(self, ckpt: Checkpoint, cfg: Config, backbone, tokenizer, checkpoint: Path,
                  threshold: float | None = None):
-        self.probe, self.meta, self.cfg = probe, meta, cfg
+        self.probe, self.cfg = ckpt.probe, cfg
         self.model, self.tok = backbone, tokenizer
         self.checkpoint = checkpoint
-        extra = meta.get("extra", {})
         self.backbone_name = cfg.backbone.name
         self.layers = list(cfg.backbone.layers)
-        self.system_prompt = extra.get("system_prompt", cfg.backbone.system_prompt)
-        self.temperature, stored = calibration(probe)  # fitted on dev, carried by the checkpoint
-        self.threshold = float(next(t for t in (threshold, cfg.score.validity_threshold, stored) if t is not None))
+        self.system_prompt = ckpt.extra.get("system_prompt", cfg.backbone.system_prompt)
+        # fitted on dev and carried by the checkpoint; a threshold given here or in score.validity_threshold wins
+        self.calibration = ckpt.calibration.with_threshold(
+            threshold if threshold is not None else cfg.score.validity_threshold)
+        self.threshold = self.calibration.validity_threshold
         self.out_dtype = getattr(torch, cfg.extract.dtype)  # the precision the probe was trained on
         self.max_context = int(getattr(backbone.config, "max_position_embeddings", 0) or 0) or None
         self.generator = cfg.score.generator
@@ -108,25 +108,23 @@ class SpanUQ:
              params: str | Path | None = "params.yaml", generator: str | None = None,
              threshold: float | None = None, device: str = "cpu") -> "SpanUQ":
         """From a checkpoint folder, an MLflow model URI, or (None) the pipeline's probe."""
-        from ..backbones import get_preset
-        from ..llm import load_backbone
+        from ..llm.loading import load_backbone
+        from ..llm.presets import fused_layers, get_preset
 
         if cfg is None:
             cfg = load_config(params if params and Path(params).exists() else None)
-        ckpt = resolve_checkpoint(source, cfg)
-        probe, meta = load_checkpoint(ckpt, device=device)
-        extra = meta.get("extra", {})
-        bb = cfg.backbone.model_copy(update={k: v for k, v in (("name", extra.get("backbone")),
-                                                                ("layers", extra.get("layers"))) if v})
+        path = resolve_checkpoint(source, cfg)
+        ckpt = load_checkpoint(path, device=device)
+        bb = cfg.backbone.model_copy(update={k: v for k, v in (("name", ckpt.extra.get("backbone")),
+                                                                ("layers", ckpt.extra.get("layers"))) if v})
         score = cfg.score if generator is None else cfg.score.model_copy(update={"generator": generator})
         cfg = cfg.model_copy(update={"backbone": bb, "score": score})
-        if cfg.backbone.layers is None:
-            cfg.backbone.layers = list(get_preset(bb.name).layers)
+        cfg.backbone.layers = fused_layers(cfg)
         d = get_preset(bb.name).d_model
-        if int(meta["d_model"]) != d:
-            raise ValueError(f"{ckpt}: the probe reads d_model={meta['d_model']} states, {bb.name} has {d}")
+        if ckpt.d_model != d:
+            raise ValueError(f"{path}: the probe reads d_model={ckpt.d_model} states, {bb.name} has {d}")
         model, tok = load_backbone(cfg)
-        return cls(probe, meta, cfg, model, tok, ckpt, threshold)
+        return cls(ckpt, cfg, model, tok, path, threshold)
 
     def close(self) -> None:
         if self._client is not None:
@@ -159,7 +157,7 @@ class SpanUQ:
                                  f"{s.max_response_chars:,} (score.max_response_chars)", 413)
 
     def _chat(self, prompt: str) -> tuple[str, int]:
-        from ..llm import chat_prompt
+        from ..llm.loading import chat_prompt
 
         chat = chat_prompt(self.tok, prompt, self.system_prompt)
         return chat, len(self.tok(chat, add_special_tokens=False)["input_ids"])
@@ -172,7 +170,7 @@ class SpanUQ:
 
     # ---------------------------------------------------------------- generation
     def _generate_llamacpp(self, chat: str) -> tuple[str, bool]:
-        from ..llamacpp import ServerCrashed
+        from ..llm.llamacpp import ServerCrashed
 
         if self._server is not None and not self._server.alive():
             log.warning("%s; starting a new one", self._server.crash_report() or "the llama.cpp server stopped")
@@ -196,7 +194,7 @@ class SpanUQ:
         """``auto`` → ``llamacpp`` once its server has proved itself here, else ``hf`` (one warning)."""
         if self.generator != "auto":
             return self.generator
-        from ..backbones import get_preset
+        from ..llm.presets import get_preset
 
         if not get_preset(self.backbone_name).gguf_package:
             self.generator = "hf"
@@ -213,10 +211,10 @@ class SpanUQ:
 
     def _start_server(self) -> None:
         """Start the managed llama.cpp server (it proves itself on a real prompt) and its client."""
-        from ..backbones import get_preset
         from ..generate.server import ServerGenerator
-        from ..llamacpp import LlamaCppServer
-        from ..llm import gguf_path
+        from ..llm.llamacpp import LlamaCppServer
+        from ..llm.loading import gguf_path
+        from ..llm.presets import get_preset
 
         self._server = LlamaCppServer(gguf_path(get_preset(self.backbone_name)), n_ctx=LLAMACPP_CTX,
                                       n_threads=self.cfg.score.server_threads).start()
@@ -272,7 +270,7 @@ class SpanUQ:
                         raise InputError(f"{self.backbone_name} gave an empty answer; nothing to score", 422)
                 else:
                     answer = r.response
-                ids, offsets = token_offsets(self.tok, answer)
+                ids, offsets = token_offsets(self.tok, answer)  # the answer's one tokenisation
                 self._check_context(n_prompt, len(ids), "the response")
                 st.update(answer=answer, ids=ids, offsets=offsets)
                 state[i] = st
@@ -284,17 +282,17 @@ class SpanUQ:
         for s in range(0, len(todo), bs):  # 2. teacher-forced passes
             batch = todo[s: s + bs]
             t0 = time.perf_counter()
-            feats = teacher_forced_items(self.model, self.tok, [state[i]["chat"] for i in batch],
-                                         [state[i]["ids"] for i in batch], self.layers, self.out_dtype)
+            feats = extract_batch(self.model, self.tok, [state[i]["chat"] for i in batch],
+                                  [state[i]["ids"] for i in batch], self.layers, self.out_dtype)
             share = (time.perf_counter() - t0) / len(batch)
             for i, f in zip(batch, feats):
                 state[i].update(item=f, bb_s=share)
         done = sorted(state)
         if done:  # 3. the probe
             t0 = time.perf_counter()
-            preds = predict_examples(self.probe, [self._example(i, state[i]) for i in done],
-                                     batch_size=max(1, len(done)), device=next(self.probe.parameters()).device,
-                                     tokenizer=self.tok, threshold=self.threshold, dup_iou=self.cfg.evaluate.dup_iou)
+            preds = predict(self.probe, [state[i]["item"] for i in done], self.calibration,
+                            [self._answer(state[i]) for i in done], batch_size=max(1, len(done)),
+                            device=next(self.probe.parameters()).device)
             share = (time.perf_counter() - t0) / len(done)
             for i, pred in zip(done, preds):
                 results[i] = self._result(reqs[i], state[i], pred, share, time.perf_counter() - t_start[i])
@@ -307,27 +305,18 @@ class SpanUQ:
         return results
 
     @staticmethod
-    def _example(i: int, st: dict) -> ResponseExample:
-        item: FeatureItem = st["item"]
-        return ResponseExample(prompt_id=str(i), domain="custom", split="test", h=item.h.float(),
-                               entropy=item.entropy.float(), token_ids=item.token_ids.tolist(),
-                               spans=torch.zeros(0, 2, dtype=torch.long), u=torch.zeros(0), response=st["answer"])
+    def _answer(st: dict) -> Answer | None:
+        """The answer's text and token offsets, when its states were computed on those tokens."""
+        same = st["item"].token_ids.tolist() == st["ids"]
+        return Answer(st["answer"], st["offsets"]) if same else None
 
-    def _result(self, req: ScoreRequest, st: dict, pred: dict, probe_s: float, total_s: float) -> ScoreResult:
-        answer, offsets = st["answer"], st["offsets"]
-        spans = []
-        for q in pred["keep"]:  # validity >= threshold, duplicates suppressed, spans grown to whole words
-            b, e = (int(x) for x in pred["spans"][q])
-            start, end = token_span_to_chars(answer, offsets, b, e)
-            if end <= start:  # whitespace only: no characters to show
-                continue
-            spans.append(ScoredSpan(start=start, end=end, text=answer[start:end], b=b, e=e,
-                                    u=float(pred["u"][q]), u_raw=float(pred["u_raw"][q]),
-                                    validity=float(pred["validity"][q]), nu=float(pred["nu"][q])))
-        spans.sort(key=lambda s: (s.start, s.end))
+    def _result(self, req: ScoreRequest, st: dict, pred: Prediction, probe_s: float, total_s: float) -> ScoreResult:
+        answer = st["answer"]
+        spans = [ScoredSpan(start=s.start, end=s.end, text=answer[s.start:s.end], b=s.b, e=s.e, u=s.u, u_raw=s.u_raw,
+                            validity=s.validity, nu=s.nu) for s in pred.shown()]
         return ScoreResult(prompt=req.prompt, answer=answer, answer_source=st["source"], backbone=self.backbone_name,
                            generator=st["generator"], n_tokens=len(st["ids"]), truncated=st["truncated"],
-                           u_seq=float(pred["u_seq"]), validity_threshold=self.threshold, spans=spans,
+                           u_seq=float(pred.u_seq), validity_threshold=self.threshold, spans=spans,
                            timings=Timings(generate_s=None if st["gen_s"] is None else round(st["gen_s"], 4),
                                            backbone_s=round(st["bb_s"], 4), probe_s=round(probe_s, 4),
                                            total_s=round(total_s, 4)))

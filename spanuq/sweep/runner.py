@@ -28,8 +28,8 @@ import optuna
 from optuna.trial import TrialState
 
 from ..config import Config, load_config
-from ..io import write_json
-from ..paths import StagePaths
+from ..pipeline.files import write_json
+from ..pipeline.paths import StagePaths
 from .slots import hold_slot, node_name, visible_slots
 from .spec import SweepSpec, encode, load_spec
 from .study import PARENT_RUN_ATTR, claim_trial, enqueue_grid, open_study, trial_by_id, unfinished
@@ -101,7 +101,7 @@ def prepare(sw: Sweep, progress: bool = False) -> str:
     """Create (or reopen) the study, queue the grid, extract missing layer sets; returns the parent run id.
 
     Its inputs (the pipeline's generations and labels) must exist: `upstream_stages` says what to run first."""
-    from .. import tracking
+    from ..pipeline import tracking
     from .trial import ensure_features
 
     configs = layer_configs(sw)
@@ -194,9 +194,9 @@ def run_one(sw: Sweep, parent_run_id: str | None, device: str, study=None) -> st
 def _fail_run(sw: Sweep, run_id: str, error: str) -> None:
     from mlflow import MlflowClient
 
-    from .. import tracking
+    from ..pipeline import tracking
 
-    tracking._setup(sw.base_config)
+    tracking.connect(sw.base_config)
     client = MlflowClient()
     client.set_tag(run_id, "error", error[:5000])
     client.set_terminated(run_id, status="FAILED")
@@ -277,7 +277,8 @@ def finish(sw: Sweep, parent_run_id: str) -> dict[str, Any]:
     """Write the robustness table, register the best trial's probe, close the parent run."""
     import mlflow
 
-    from .. import tracking
+    from ..pipeline import tracking
+    from ..score.registry import log_probe
     from .trial import trial_config
 
     study = sw.study()
@@ -286,7 +287,7 @@ def finish(sw: Sweep, parent_run_id: str) -> dict[str, Any]:
     write_json(out / "robustness.json", r)
     (out / "robustness.md").write_text(robustness_markdown(sw.spec.backbone, r))
     cfg = sw.base_config
-    tracking._setup(cfg)
+    tracking.connect(cfg)
     client = mlflow.MlflowClient()
     for k in ("best", "median", "worst", "iqr", "n_complete", "n_pruned", "n_failed"):
         if r[k] is not None:
@@ -302,7 +303,7 @@ def finish(sw: Sweep, parent_run_id: str) -> dict[str, Any]:
         best_cfg = trial_config(sw.spec, best.params, sw.overrides)
         if best_cfg.mlflow.register_model and study.user_attrs.get("registered_trial") != best.number:
             with mlflow.start_run(run_id=best.user_attrs["mlflow_run_id"]):
-                reg = tracking.log_probe(best.user_attrs["checkpoint"], best_cfg, dev_auroc=best.value)
+                reg = log_probe(best.user_attrs["checkpoint"], best_cfg, dev_auroc=best.value)
             study.set_user_attr("registered_trial", best.number)
             client.set_tag(parent_run_id, "best_trial", str(best.number))
             summary["registry"] = reg

@@ -5,9 +5,9 @@ it holds), so a crash, a NaN loss or an out-of-memory kill ends this trial only.
 
 1. opens trial ``--trial-id`` of the study and reads its configuration (Optuna's
    ``suggest_categorical`` over the sweep's space: queued params come back as queued);
-2. trains with `spanuq.train.train_probe` on the backbone's extracted features, reporting
+2. trains with `spanuq.train.stage.train_probe` on the backbone's extracted features, reporting
    the dev span AUROC of every epoch to Optuna, which may prune the trial;
-3. evaluates the best epoch on dev and test with `spanuq.train.evaluate_model` (the span
+3. evaluates the best epoch on dev and test with `spanuq.train.stage.evaluate_model` (the span
    metrics over every labelled span), saves the checkpoint (safetensors) and logs it all
    to an MLflow run nested under the sweep's parent run;
 4. tells Optuna the dev AUROC (COMPLETE), PRUNED, or FAIL with the error.
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config, load_config
-from ..features.extract import fused_layers
-from ..paths import StagePaths
+from ..llm.presets import fused_layers
+from ..pipeline.paths import StagePaths
 from .spec import SweepSpec, load_spec, trial_overrides
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def ensure_features(cfg: Config, progress: bool = False) -> Path:
     d = features_dir(cfg)
     if (d / "index.json").exists():
         return d
-    from ..stages import run_stage
+    from ..features.stage import run_extract
 
     paths = StagePaths.from_config(cfg)
     sub = d.parent  # <root>/sweep-features/L../<backbone>
@@ -59,7 +59,7 @@ def ensure_features(cfg: Config, progress: bool = False) -> Path:
     if not link.exists():
         link.symlink_to(paths.generations.resolve())
     variant = cfg.model_copy(update={"paths": cfg.paths.model_copy(update={"data": str(sub.parent)})})
-    run_stage("extract", variant, progress=progress)
+    run_extract(variant, progress=progress)
     return d
 
 
@@ -70,18 +70,10 @@ def trial_config(spec: SweepSpec, params: dict[str, Any], overrides: list[str] =
 
 
 def _numbers(prefix: str, metrics: dict) -> dict[str, float]:
-    from ..tracking import flatten
+    from ..pipeline.tracking import flatten
 
     return {f"{prefix}.{k}": v for k, v in flatten(metrics).items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
-
-
-def _auroc(metrics: dict | None) -> float | None:
-    if not metrics:
-        return None
-    v = metrics["span"].get("auroc")
-    v = v.get("value") if isinstance(v, dict) else v
-    return None if v is None or not math.isfinite(v) else float(v)
 
 
 def run_trial(spec: SweepSpec, storage_url: str, trial_id: int, out_dir: Path,
@@ -90,11 +82,12 @@ def run_trial(spec: SweepSpec, storage_url: str, trial_id: int, out_dir: Path,
     import optuna
     import torch
 
-    from .. import tracking
+    from ..metrics.uq import metric_value
     from ..features.dataset import load_examples, training_examples
-    from ..llm import resolve_device
-    from ..model import save_checkpoint
-    from ..train import evaluate_model, train_probe
+    from ..llm.loading import resolve_device
+    from ..model.checkpoint import save_checkpoint
+    from ..pipeline import tracking
+    from ..train.stage import evaluate_model, train_probe, uncalibrated
     from .slots import node_name, visible_slots
     from .study import open_study
 
@@ -142,17 +135,17 @@ def run_trial(spec: SweepSpec, storage_url: str, trial_id: int, out_dir: Path,
             test_m = evaluate_model(model, test, cfg, device) if test else None
             tracking.log_metrics({**_numbers("dev", dev_m), **(_numbers("test", test_m) if test_m else {}),
                                   "best_epoch": info["best_epoch"], "n_parameters": info["n_parameters"]})
-            value = _auroc(dev_m)
+            value = metric_value(dev_m, "span", "auroc")
             if value is None:
                 raise ValueError("dev span AUROC is undefined (one class or constant scores): nothing to rank")
-            ckpt = save_checkpoint(model, cfg.probe, train[0].h.shape[1], out / "probe",
+            ckpt = save_checkpoint(model, cfg.probe, train[0].h.shape[1], out / "probe", uncalibrated(cfg),
                                    extra={"backbone": cfg.backbone.name, "layers": fused_layers(cfg),
                                           "best_epoch": info["best_epoch"], "dev_auroc": value,
                                           "optuna_trial": trial.number, "params": params})
             tracking.log_artifacts(str(ckpt), "probe")
             trial.set_user_attr("checkpoint", str(ckpt.resolve()))
             trial.set_user_attr("overrides", trial_overrides(spec, params))
-            trial.set_user_attr("test_auroc", _auroc(test_m))
+            trial.set_user_attr("test_auroc", metric_value(test_m, "span", "auroc") if test_m else None)
             trial.set_user_attr("best_epoch", info["best_epoch"])
             state = "COMPLETE"
         except optuna.TrialPruned as e:

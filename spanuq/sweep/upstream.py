@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from ..config import Config
-from ..paths import StagePaths, models_dir
+from ..pipeline.paths import StagePaths, models_dir
 
 UPSTREAM_STAGES = ("prompts", "generate", "index", "label")
 
@@ -45,7 +45,7 @@ def missing_inputs(cfg: Config, layer_configs: list[Config] | None = None) -> li
 
 def backbone_unavailable(cfg: Config) -> str | None:
     """Why the upstream stages of ``cfg`` cannot run on this machine, or None if they can."""
-    from ..backbones import get_preset
+    from ..llm.presets import get_preset
 
     preset = get_preset(cfg.backbone.name)
     if preset.gguf_package:

@@ -1,0 +1,72 @@
+"""Calibration of soft span uncertainty: ECE and temperature scaling (paper §4.2, App. MoB analysis).
+
+Soft-label ECE
+--------------
+A span's label ``u* ∈ [0, 1]`` is itself an empirical error rate (the fraction of
+``S`` sampled answers that do not support it), so the observed error rate of a
+bin is simply the mean ``u*`` of its spans.  With ``B`` equal-width bins on the
+prediction ``û`` (bin ``k`` = ``[k/B, (k+1)/B)``, the last one closed)::
+
+    ECE = Σ_b (n_b / n) · | mean(û)_b − mean(u*)_b |
+        = (1/n) · Σ_b | Σ_{i∈b} û_i − Σ_{i∈b} u*_i |
+
+Temperature scaling
+-------------------
+``û_T = σ(logit(û) / T)`` (`spanuq.model.calibration.apply_temperature`); ``T`` is fitted on dev by minimising the soft-label
+binary cross-entropy ``−mean[u* log û_T + (1 − u*) log(1 − û_T)]`` (the paper's
+"ECE_cal" is the ECE of ``û_T`` on test).  ``T > 1`` softens over-confident
+predictions towards 0.5, ``T < 1`` sharpens them; ``T = 1`` is the identity.
+The loss is convex in ``1/T``, so it is unimodal in ``log T`` and a bounded
+scalar search over ``log T`` finds the optimum.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+from scipy.special import log_expit
+
+from ..model.calibration import clipped_logit, unit_interval
+
+T_BOUNDS = (0.05, 20.0)
+
+
+def expected_calibration_error(u_true, u_pred, n_bins: int = 10) -> float:
+    """Soft-label ECE with ``n_bins`` equal-width bins on ``û`` (see the module docstring).
+
+    Both arrays must lie in [0, 1] and be non-empty.
+    """
+    y = unit_interval(u_true, "u_true")
+    p = unit_interval(u_pred, "u_pred")
+    if y.shape != p.shape:
+        raise ValueError(f"u_true {y.shape} and u_pred {p.shape} differ in length")
+    if y.size == 0:
+        raise ValueError("ECE of zero items")
+    if n_bins < 1:
+        raise ValueError("n_bins must be >= 1")
+    bins = np.minimum((p * n_bins).astype(np.int64), n_bins - 1)
+    gap = np.bincount(bins, weights=p - y, minlength=n_bins)  # Σ_{i∈b} (û_i − u*_i)
+    return float(np.abs(gap).sum() / y.size)
+
+
+def soft_bce(u_true, u_pred_logits) -> float:
+    """Mean soft-label BCE ``−[u* log σ(z) + (1 − u*) log σ(−z)]`` from logits ``z`` (stable)."""
+    y = np.asarray(u_true, dtype=np.float64)
+    z = np.asarray(u_pred_logits, dtype=np.float64)
+    return float(-np.mean(y * log_expit(z) + (1.0 - y) * log_expit(-z)))
+
+
+def fit_temperature(u_true, u_pred, bounds: tuple[float, float] = T_BOUNDS) -> float:
+    """Temperature ``T`` minimising ``soft_bce(u*, logit(û) / T)`` over ``T ∈ bounds``.
+
+    Fit this on dev and pass it to ``span_metrics(..., temperature=T)`` on test.
+    """
+    y = unit_interval(u_true, "u_true")
+    z = clipped_logit(unit_interval(u_pred))
+    if y.shape != z.shape:
+        raise ValueError(f"u_true {y.shape} and u_pred {z.shape} differ in length")
+    if y.size == 0:
+        raise ValueError("cannot fit a temperature on zero items")
+    lo, hi = np.log(bounds[0]), np.log(bounds[1])
+    res = minimize_scalar(lambda log_t: soft_bce(y, z / np.exp(log_t)), bounds=(lo, hi),
+                          method="bounded", options={"xatol": 1e-6})
+    return float(np.exp(res.x))

@@ -1,0 +1,81 @@
+"""Where each stage reads and writes: ``data/<backbone>/...`` so backbones coexist."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import Config
+
+
+@dataclass(frozen=True)
+class StagePaths:
+    root: Path  # data/<backbone>
+    cache: Path  # .cache/spanuq/<backbone>
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> "StagePaths":
+        return cls(Path(cfg.paths.data) / cfg.backbone.name, Path(cfg.paths.cache) / cfg.backbone.name)
+
+    # prompts (shared across backbones: the same prompts feed every backbone)
+    @property
+    def prompts(self) -> Path:
+        return self.root.parent / "prompts.jsonl"
+
+    @property
+    def generations(self) -> Path:
+        return self.root / "generations.jsonl"
+
+    @property
+    def generate_report(self) -> Path:
+        return self.root / "generate_report.json"
+
+    @property
+    def claims(self) -> Path:
+        return self.root / "claims.jsonl"
+
+    @property
+    def labels(self) -> Path:
+        return self.root / "labels.jsonl"
+
+    @property
+    def label_report(self) -> Path:
+        return self.root / "label_report.json"
+
+    @property
+    def label_plots(self) -> Path:
+        return self.root / "plots" / "label"
+
+    @property
+    def corpus_index(self) -> Path:
+        return self.root.parent / "bm25_index"
+
+    @property
+    def features(self) -> Path:
+        return self.root / "features"
+
+    @property
+    def probe(self) -> Path:
+        return self.root / "probe"
+
+    @property
+    def train_report(self) -> Path:
+        return self.root / "train_report.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.json"
+
+    @property
+    def eval_plots(self) -> Path:
+        return self.root / "plots" / "eval"
+
+    def stage_cache(self, stage: str) -> Path:
+        return self.cache / stage
+
+
+def models_dir(cfg: Config | None = None) -> Path:
+    """Folder for converted backbones (GGUF → safetensors), outside the repo by default."""
+    if cfg is not None and cfg.paths.models:
+        return Path(cfg.paths.models)
+    return Path(os.environ.get("SPANUQ_MODELS", Path.home() / ".cache" / "spanuq" / "models"))

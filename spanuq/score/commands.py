@@ -1,0 +1,149 @@
+"""`spanuq score` and `spanuq serve`: argument parsing and output (spanuq/cli.py wires them in).
+
+    spanuq score "Who was Marie Curie?"                    # coloured answer + legend
+    spanuq score "Who was Marie Curie?" --response @answer.txt --json
+    spanuq score "…" --html page.html
+    spanuq score --file prompts.jsonl --out scored.jsonl   # rows {prompt, response?, id?}
+    spanuq serve --port 8000                                # http://127.0.0.1:8000
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, metavar="DIR|URI",
+                   help="probe checkpoint folder or MLflow URI (models:/spanuq-<backbone>@champion); "
+                        "default: data/<backbone>/probe")
+    p.add_argument("--generator", choices=["llamacpp", "hf"], default=None,
+                   help="how score(prompt) generates: llamacpp server + one teacher-forced pass (default) "
+                        "or transformers with hidden states captured during generation")
+    p.add_argument("--threshold", type=float, default=None, help="validity threshold for kept spans")
+
+
+def add_score_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("prompt", nargs="?", help="the prompt (omit with --file)")
+    p.add_argument("--response", default=None, metavar="TEXT|@FILE", help="score this answer instead of generating")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (docs/score.schema.json)")
+    p.add_argument("--html", default=None, metavar="FILE", help="also write a standalone HTML page")
+    p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                   help="auto: colour on a terminal unless NO_COLOR is set")
+    p.add_argument("--file", default=None, help="JSONL with rows {prompt, response?, id?}")
+    p.add_argument("--out", default=None, help="with --file: output JSONL (default: <file>.scored.jsonl)")
+    add_model_args(p)
+
+
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default=None, help="default: score.host (127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="default: score.port (8000)")
+    add_model_args(p)
+
+
+def _load(args, cfg):
+    from transformers.utils import logging as hf_logging
+
+    from .scorer import SpanUQ
+
+    hf_logging.disable_progress_bar()  # "Loading weights" on every call is noise in a command's output
+
+    return SpanUQ.load(args.model, cfg=cfg, generator=args.generator, threshold=args.threshold)
+
+
+def _read_arg(value: str | None) -> str | None:
+    if value is None or not value.startswith("@"):
+        return value
+    return Path(value[1:]).read_text(encoding="utf-8")
+
+
+def use_colour(mode: str, stream=sys.stdout) -> bool:
+    if mode != "auto":
+        return mode == "always"
+    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def run_score(args, cfg) -> int:
+    from .views import html_page, terminal_view
+
+    if args.file:
+        return _score_file(args, cfg)
+    if not args.prompt:
+        raise ValueError("give a prompt (spanuq score \"Who was Marie Curie?\") or --file prompts.jsonl")
+    with _load(args, cfg) as uq:
+        result = uq.score(args.prompt, response=_read_arg(args.response))
+    if args.html:
+        Path(args.html).write_text(html_page(result), encoding="utf-8")
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        print(terminal_view(result, use_colour(args.color)))
+    return 0
+
+
+def _rows(path: Path):
+    """(line, row dict or None, error) for each non-empty line."""
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+                    raise ValueError("a row needs a string `prompt`")
+                if row.get("response") is not None and not isinstance(row["response"], str):
+                    raise ValueError("`response` must be a string")
+                yield n, row, None
+            except (ValueError, json.JSONDecodeError) as e:
+                yield n, None, f"{type(e).__name__ if isinstance(e, json.JSONDecodeError) else 'invalid row'}: {e}"
+
+
+def _score_file(args, cfg) -> int:
+    """Score every row; a row that cannot be scored is written with its error, the rest go on."""
+    src = Path(args.file)
+    if not src.exists():
+        raise FileNotFoundError(f"{src}: no such file")
+    out = Path(args.out or src.with_suffix(".scored.jsonl"))
+    rows = list(_rows(src))
+    bs = max(1, cfg.score.batch_size)
+    n_err = 0
+    with _load(args, cfg) as uq, out.open("w", encoding="utf-8") as f:
+        bar = tqdm(total=len(rows), desc="score", unit="row", disable=args.no_progress)
+        for s in range(0, len(rows), bs):
+            chunk = rows[s: s + bs]
+            good = [(n, r) for n, r, err in chunk if r is not None]
+            results = uq.score_many([{"prompt": r["prompt"], "response": r.get("response")} for _, r in good],
+                                    progress=False, return_errors=True)
+            by_line = {n: res for (n, _), res in zip(good, results)}
+            for n, r, err in chunk:
+                rec = {"line": n, **({"id": r["id"]} if r and "id" in r else {})}
+                res = by_line.get(n)
+                if err is not None or isinstance(res, Exception):
+                    n_err += 1
+                    rec["error"] = err or str(res)
+                else:
+                    rec["result"] = res.model_dump(mode="json")
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            f.flush()
+            bar.update(len(chunk))
+        bar.close()
+    print(f"score: {len(rows) - n_err} of {len(rows)} rows scored, {n_err} errors recorded; wrote {out}",
+          file=sys.stderr)
+    return 0
+
+
+def run_serve(args, cfg) -> int:
+    from .service import serve
+
+    host, port = args.host or cfg.score.host, args.port or cfg.score.port
+    uq = _load(args, cfg)
+    try:
+        print(f"SpanUQ ({uq.backbone_name}) at http://{host}:{port}  (API docs: /docs; Ctrl-C to stop)", flush=True)
+        serve(uq, host, port)
+    finally:
+        uq.close()
+    return 0

@@ -1,0 +1,239 @@
+"""`spanuq serve`: the HTTP service (FastAPI + uvicorn) and its web page.
+
+    POST /score          {"prompt": ..., "response"?: ...}  -> ScoreResult (docs/score.schema.json)
+    POST /score/batch    {"items": [...]}                    -> {"results": [ScoreResult | {"status", "error"}]}
+    POST /render         ScoreResult                         -> {"html": ...} (spanuq.score.views, for the page)
+    GET  /health, GET / (the web page), GET /docs (OpenAPI)
+
+One model instance: every request goes into a bounded queue that a single worker
+thread drains, taking up to ``score.micro_batch`` waiting requests at a time and
+scoring them together (`SpanUQ.score_many`: one batched teacher-forced pass for
+given answers).  Bodies are read and parsed here, so a body too large (413), not
+UTF-8 or not JSON (400), of the wrong shape or past a limit (422 / 413) gets a clear
+error and never reaches the model; a full queue answers 503.  Nothing a client
+sends can stop the worker: an unexpected failure answers 500 for that batch only.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import threading
+from contextlib import asynccontextmanager
+from concurrent.futures import Future
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
+
+from ..config import ScoreConfig
+from .schema import BatchRequest, BatchResponse, ItemError, ScoreRequest, ScoreResult
+from .scorer import GenerationError, InputError, SpanUQ
+
+log = logging.getLogger(__name__)
+WEB = Path(__file__).with_name("web")
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class ScoringWorker:
+    """The one thread that owns the model; `submit` returns a Future of per-item results."""
+
+    def __init__(self, uq: SpanUQ, micro_batch: int = 8, max_queue: int = 256):
+        self.uq, self.micro_batch = uq, max(1, micro_batch)
+        self.q: queue.Queue = queue.Queue(maxsize=max_queue)
+        self.batches = 0
+        self._thread = threading.Thread(target=self._run, name="spanuq-worker", daemon=True)
+        self._thread.start()
+
+    def submit(self, reqs: list[ScoreRequest]) -> Future:
+        fut: Future = Future()
+        try:
+            self.q.put_nowait((reqs, fut))
+        except queue.Full:
+            raise HTTPError(503, f"the service is busy ({self.q.maxsize} requests waiting); retry later") from None
+        return fut
+
+    def _run(self) -> None:
+        while True:
+            job = self.q.get()
+            if job is None:
+                return
+            jobs = [job]
+            while len(jobs) < self.micro_batch:
+                try:
+                    nxt = self.q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self.q.put(None)
+                    break
+                jobs.append(nxt)
+            reqs = [r for rs, _ in jobs for r in rs]
+            try:
+                out = self.uq.score_many(reqs, progress=False, return_errors=True)
+            except Exception as e:  # noqa: BLE001 - a failure answers this batch, the worker lives on
+                log.exception("scoring failed")
+                for _, fut in jobs:
+                    fut.set_exception(e)
+                continue
+            self.batches += 1
+            k = 0
+            for rs, fut in jobs:
+                fut.set_result(out[k: k + len(rs)])
+                k += len(rs)
+
+    def close(self) -> None:
+        self.q.put(None)
+        self._thread.join(timeout=30)
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body arrived: nobody is left to answer."""
+
+
+async def _json_body(request: Request, limit: int):
+    try:
+        declared = int(request.headers.get("content-length") or 0)
+    except ValueError:
+        raise HTTPError(400, "the Content-Length header is not a number") from None
+    if declared > limit:
+        raise HTTPError(413, f"request body larger than {limit:,} bytes (score.max_body_bytes)")
+    body = b""
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise HTTPError(413, f"request body larger than {limit:,} bytes (score.max_body_bytes)")
+    except ClientDisconnect:
+        raise ClientGone() from None
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HTTPError(400, f"the request body is not UTF-8 (byte {e.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise HTTPError(400, f"the request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise HTTPError(400, "the request body nests JSON too deeply") from None
+
+
+def _validate(model, data):
+    try:
+        return model.model_validate(data)
+    except RecursionError:
+        raise HTTPError(400, "the request body nests JSON too deeply") from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(map(str, err["loc"])) or "body"
+        raise HTTPError(422, f"{where}: {err['msg']}") from None
+
+
+def _error(e: BaseException) -> tuple[int, str]:
+    if isinstance(e, (InputError, GenerationError)):
+        return e.status, str(e)
+    return 500, f"internal error: {type(e).__name__}: {e}"
+
+
+def _openapi(model) -> dict:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
+def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
+    """The FastAPI app around a loaded `SpanUQ`; the worker starts with it and stops on shutdown."""
+    scfg = scfg or uq.cfg.score
+    worker = ScoringWorker(uq, scfg.micro_batch, scfg.max_queue)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        worker.close()
+
+    app = FastAPI(title="SpanUQ", version="1", lifespan=lifespan,
+                  description="Which parts of an LLM's answer are likely wrong: spans with calibrated "
+                              "uncertainty û from one forward pass of the frozen backbone.")
+    app.state.worker = worker
+
+    @app.exception_handler(HTTPError)
+    async def _http_error(request: Request, e: HTTPError):
+        return JSONResponse({"detail": e.message}, status_code=e.status)
+
+    @app.exception_handler(ClientGone)
+    async def _client_gone(request: Request, e: ClientGone):
+        client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+        log.info("%s disconnected before its request body arrived (%s %s)", client, request.method, request.url.path)
+        return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
+
+    async def _score(reqs: list[ScoreRequest]) -> list:
+        return await asyncio.wrap_future(worker.submit(reqs))
+
+    @app.post("/score", response_model=ScoreResult, openapi_extra=_openapi(ScoreRequest),
+              responses={400: {}, 413: {}, 422: {}, 503: {}})
+    async def score(request: Request):
+        req = _validate(ScoreRequest, await _json_body(request, scfg.max_body_bytes))
+        try:
+            uq.check(req.prompt, req.response)  # cheap limits here, before the queue (the worker checks again)
+        except InputError as e:
+            raise HTTPError(e.status, str(e)) from None
+        try:
+            out = (await _score([req]))[0]
+        except Exception as e:  # noqa: BLE001
+            status, msg = _error(e)
+            raise HTTPError(status, msg) from None
+        if isinstance(out, Exception):
+            status, msg = _error(out)
+            raise HTTPError(status, msg)
+        return JSONResponse(out.model_dump(mode="json"))
+
+    @app.post("/score/batch", response_model=BatchResponse, openapi_extra=_openapi(BatchRequest),
+              responses={400: {}, 413: {}, 422: {}, 503: {}})
+    async def score_batch(request: Request):
+        batch = _validate(BatchRequest, await _json_body(request, scfg.max_body_bytes))
+        if not batch.items:
+            raise HTTPError(422, "items is empty")
+        if len(batch.items) > scfg.max_batch_items:
+            raise HTTPError(413, f"{len(batch.items)} items; the limit is {scfg.max_batch_items} (score.max_batch_items)")
+        try:
+            outs = await _score(batch.items)
+        except Exception as e:  # noqa: BLE001
+            status, msg = _error(e)
+            raise HTTPError(status, msg) from None
+        results = [ItemError(status=_error(o)[0], error=_error(o)[1]) if isinstance(o, Exception) else o for o in outs]
+        return JSONResponse(BatchResponse(results=results).model_dump(mode="json"))
+
+    @app.post("/render", openapi_extra=_openapi(ScoreResult), responses={400: {}, 413: {}, 422: {}})
+    async def render(request: Request):
+        from .views import fragment
+
+        result = _validate(ScoreResult, await _json_body(request, 4 * scfg.max_body_bytes))
+        return {"html": fragment(result)}
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok", "backbone": uq.backbone_name, "checkpoint": str(uq.checkpoint),
+                "generator": uq.generator, "queued": worker.q.qsize(), "batches": worker.batches,
+                "validity_threshold": uq.threshold, "limits": {
+                    "max_body_bytes": scfg.max_body_bytes, "max_prompt_chars": uq.cfg.score.max_prompt_chars,
+                    "max_response_chars": uq.cfg.score.max_response_chars, "max_batch_items": scfg.max_batch_items,
+                    "context_tokens": uq.max_context}}
+
+    @app.get("/", response_class=HTMLResponse)
+    def page():
+        return (WEB / "index.html").read_text(encoding="utf-8")
+
+    return app
+
+
+def serve(uq: SpanUQ, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Run the service in the foreground (`spanuq serve`)."""
+    import uvicorn
+
+    uvicorn.run(create_app(uq), host=host, port=port, log_level="info", workers=1)

@@ -1,0 +1,62 @@
+"""One answer, three consumers, the same spans: the score API (`SpanUQ.score`), the MLflow model
+(a registered pyfunc, given the answer's states, text and token offsets) and the evaluate stage
+(`evaluate_probe` on the answer as the extract stage stores it) show the same characters with
+the same û, because all three end in `spanuq.model.postprocess`."""
+import mlflow
+import pytest
+import torch
+
+from spanuq import SpanUQ
+from spanuq.evaluate.stage import evaluate_probe
+from spanuq.features.dataset import ResponseExample, answers
+from spanuq.llm.loading import chat_prompt, token_offsets
+from spanuq.llm.states import extract_batch
+from spanuq.model.calibration import Calibration
+from spanuq.model.checkpoint import load_checkpoint, save_checkpoint
+from spanuq.pipeline import tracking
+from spanuq.score.registry import log_probe
+
+PROMPT = "Who was Marie Curie?"
+ANSWER = ("Marie Curie was a Polish–French physicist and chemist. She won the Nobel Prize in Physics in 1903 "
+          "and in Chemistry in 1911, and founded the Curie Institute in Warsaw.")
+
+
+@pytest.fixture
+def calibrated_probe(scorer, tmp_path):
+    """The session's probe with a calibration that changes every score (T = 1.7) and shows many spans."""
+    ckpt = load_checkpoint(scorer.checkpoint)
+    return save_checkpoint(ckpt.probe, ckpt.probe.cfg, ckpt.d_model, tmp_path / "probe",
+                           Calibration(temperature=1.7, validity_threshold=0.2, dup_iou=0.5), extra=ckpt.extra)
+
+
+def test_the_mlflow_model_the_score_api_and_the_evaluate_stage_show_the_same_spans(scorer, calibrated_probe, make_cfg):
+    cfg = make_cfg("evaluate.bootstrap=0")
+    ckpt = load_checkpoint(calibrated_probe)
+    tok = scorer.tok
+
+    # the score API
+    uq = SpanUQ(ckpt, scorer.cfg, scorer.model, tok, calibrated_probe)
+    api = [(s.start, s.end, s.u) for s in uq.score(PROMPT, response=ANSWER).spans]
+
+    # the evaluate stage, on the answer's features as the extract stage stores them
+    ids, offsets = token_offsets(tok, ANSWER)
+    chat = chat_prompt(tok, PROMPT, scorer.system_prompt)
+    item = extract_batch(scorer.model, tok, [chat], [ids], scorer.layers, getattr(torch, cfg.extract.dtype))[0]
+    example = ResponseExample("p0", "custom", "test", item.h.float(), item.entropy, ids,
+                              torch.tensor([[0, 3]]), torch.tensor([0.5]), 0.5, ANSWER)
+    _, preds, _ = evaluate_probe(cfg, ckpt.probe, ckpt.calibration, [example], "cpu", answers(tok, [example]))
+    stage = [(s.start, s.end, s.u) for s in preds[0].shown()]
+
+    # the MLflow model, registered as the train stage registers it
+    with tracking.start_run(cfg, "same-spans"):
+        log_probe(calibrated_probe, cfg, dev_auroc=0.5)
+    pyfunc = mlflow.pyfunc.load_model("models:/spanuq-smollm2-135m@champion")
+    out = pyfunc.predict({"h": item.h.float().numpy(), "entropy": item.entropy.numpy(), "text": ANSWER,
+                          "offsets": offsets})[0]
+    served = [(s["char_start"], s["char_end"], s["u"]) for s in out["spans"]]
+
+    assert len(api) >= 3, "threshold 0.2 shows several spans of a random probe"
+    assert [s[:2] for s in api] == [s[:2] for s in stage] == [s[:2] for s in served]
+    assert [s[2] for s in api] == pytest.approx([s[2] for s in stage], abs=1e-6)
+    assert [s[2] for s in api] == pytest.approx([s[2] for s in served], abs=1e-6)
+    assert all(ANSWER[a:b] == ANSWER[a:b].strip() and ANSWER[a:b] for a, b, _ in api)  # whole words, no edge spaces
