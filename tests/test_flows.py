@@ -26,13 +26,15 @@ def test_stage_key_follows_dvc_yaml_params_and_deps(tmp_path, make_cfg):
     write_synthetic_run(tmp_path / "data")
     cfg = make_cfg(*TRAIN)
     inputs = stage_inputs("train", cfg)
-    assert set(inputs["params"]) == {"preset", "presets", "probe", "loss", "train"}
+    assert set(inputs["params"]) == {"preset", "backbone", "probe", "loss", "train", "evaluate",
+                                     "presets.cpu-full.train", "presets.gpu-paper.backbone",
+                                     "presets.gpu-paper.probe", "presets.gpu-paper.train"}
     assert inputs["deps"]["data/${backbone.name}/labels.jsonl"] != "missing"
     assert {p.name for p in stage_outputs("train", cfg)} == {"probe", "train_report.json"}
     key = stage_cache_key(None, _params(tmp_path))
     assert key == stage_cache_key(None, _params(tmp_path))
     assert key != stage_cache_key(None, _params(tmp_path, "train.lr=0.01"))  # a param of the stage
-    assert key == stage_cache_key(None, _params(tmp_path, "evaluate.bootstrap=7"))  # another stage's param
+    assert key == stage_cache_key(None, _params(tmp_path, "generate.temperature=0.3"))  # another stage's param
     labels = tmp_path / "data" / "smollm2-135m" / "labels.jsonl"
     labels.write_text(labels.read_text() + "\n")
     assert key != stage_cache_key(None, _params(tmp_path))  # a dependency's content
