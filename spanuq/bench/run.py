@@ -23,7 +23,7 @@ import numpy as np
 import yaml
 
 from ..config import Config
-from ..io import write_json, write_jsonl
+from ..io import read_json, write_json, write_jsonl
 from . import controls, ledger
 from .metrics import item_scores, mean_ci
 from .mushroom import MushroomItem, load_split, sha256_file
@@ -107,16 +107,19 @@ def run_mushroom(cfg: Config, split: str, probe: str | None = None, data: list[s
                  force: bool = False, seed: int = 0, bootstrap: int = 1000, progress: bool = True) -> Path:
     """Score the split, write the table; returns the JSON file."""
     from ..api import SpanUQ
+    from ..score.scorer import resolve_checkpoint
 
     if split not in ("val", "test"):
         raise ValueError(f"--split must be val or test, not {split!r}")
-    with SpanUQ.load(probe, cfg=cfg, threshold=0.0) as uq:
-        probe_sha = sha256_file(Path(uq.checkpoint) / "model.safetensors")
-        bench_dir = Path(cfg.paths.data) / uq.backbone_name / "bench"
-        if split == "test":
-            chosen = ledger.read_settings(bench_dir, probe_sha)
-            read_no = ledger.check_test_read(bench_dir, probe_sha, force)
-        items, info = load_split(split, cfg.paths.cache, data)
+    ckpt = resolve_checkpoint(probe, cfg)  # a folder, an MLflow URI or data/<backbone>/probe
+    probe_sha = sha256_file(ckpt / "model.safetensors")
+    backbone = (read_json(ckpt / "config.json").get("extra") or {}).get("backbone") or cfg.backbone.name
+    bench_dir = Path(cfg.paths.data) / backbone / "bench"
+    if split == "test":  # before any model is loaded: a refused read costs nothing
+        chosen = ledger.read_settings(bench_dir, probe_sha)
+        read_no = ledger.check_test_read(bench_dir, probe_sha, force)
+    items, info = load_split(split, cfg.paths.cache, data)
+    with SpanUQ.load(ckpt, cfg=cfg, threshold=0.0) as uq:
         refs = [x.reference() for x in items]
         results, skipped = score_items(uq, items, progress)
         methods = build_methods(uq, items, results, cfg, seed, progress)

@@ -1,4 +1,4 @@
-"""The `report` stage: metrics.json (evaluate) + baselines/ (+ ablation/ when present) →
+"""The `report` stage: metrics.json (evaluate) + baselines/ (+ ablation/, bench/ when present) →
 ``data/<backbone>/report/report.md`` and ``index.html``, with a ROC chart of every
 method, reliability diagrams and the per-domain breakdown; logged to MLflow."""
 from __future__ import annotations
@@ -56,6 +56,9 @@ def run_report(cfg: Config, progress: bool = True) -> Path:
     abl = ablation_table(paths.root / "ablation")
     if abl is not None:
         tables.append(abl)
+    from ..bench.table import report_tables
+
+    tables += report_tables(paths.root / "bench")  # `spanuq bench mushroom`, when it has run
     nli = baselines.get("nli")
     intro = [f"Backbone {cfg.backbone.name}; test split: {evaluation.get('n_responses')} answers, "
              f"{evaluation.get('n_spans')} labelled spans; labels: {baselines.get('label_method')} "
