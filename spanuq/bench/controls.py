@@ -8,6 +8,9 @@ task's labels):
   by (seed, id), so a split's figures do not depend on item order.
 * ``entities_numbers``: 1 on spaCy named entities and on numbers (regex), 0 elsewhere: a
   text-only tagger, no model of the answer's correctness.
+* ``claim_units``: 1 on the offline teacher's claim anchors (`spanuq.label.units.extract_units`:
+  entities, dates, numbers and one noun chunk per clause), the spans the probe was trained to
+  find, with no notion of which are wrong: the text-only control closest to the probe's spans.
 * ``token_entropy``: the backbone's next-token entropy of each answer token, read
   teacher-forced after the chat-templated question, divided by log |V| (so in [0, 1]),
   spread over the token's characters; ``word_max`` variant: the word's largest value.
@@ -58,6 +61,13 @@ def entity_number_spans(nlp, texts: list[str]) -> list[list[tuple[int, int]]]:
 
 def entities_numbers(nlp, texts: list[str]) -> list[np.ndarray]:
     return [spans_to_chars(s, len(t)) for s, t in zip(entity_number_spans(nlp, texts), texts)]
+
+
+def claim_units(nlp, texts: list[str], min_chars: int = 3, max_units: int = 32) -> list[np.ndarray]:
+    from ..label.units import extract_units
+
+    return [spans_to_chars([(u.start, u.end) for u in extract_units(doc, min_chars, max_units)], len(t))
+            for t, doc in zip(texts, nlp.pipe(texts))]
 
 
 def word_max(text: str, v: np.ndarray) -> np.ndarray:

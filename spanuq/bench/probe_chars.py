@@ -7,7 +7,9 @@ validity is at least ``v_min``:
 
 * ``u``        max û over the covering spans;
 * ``u*p``      max p·û (an uncertain detection counts less);
-* ``noisy-or`` 1 − Π (1 − p·û) (independent spans: the chance that any of them is wrong).
+* ``noisy-or`` 1 − Π (1 − p·û) (independent spans: the chance that any of them is wrong);
+* ``const``    1 on every covered character: the probe's spans without û (an ablation row,
+  not a setting of the probe's own row).
 
 Characters covered by no such span score 0.  The combination and ``v_min`` are free
 settings, chosen on the validation split (`select.py`).
@@ -36,17 +38,19 @@ def probe_chars(result, text_len: int, mapping: str, v_min: float) -> np.ndarray
             v[s.start: s.end] = np.maximum(v[s.start: s.end], s.u * s.validity)
         elif mapping == "noisy-or":
             keep[s.start: s.end] *= 1.0 - s.u * s.validity
+        elif mapping == "const":
+            v[s.start: s.end] = 1.0
         else:
             raise ValueError(f"unknown mapping {mapping!r}; one of {MAPPINGS}")
     return 1.0 - keep if mapping == "noisy-or" else v
 
 
-def probe_variants(results: list, text_lens: list[int], extra_v_min: float | None = None
-                   ) -> dict[str, list[np.ndarray]]:
+def probe_variants(results: list, text_lens: list[int], extra_v_min: float | None = None,
+                   mappings: tuple[str, ...] = MAPPINGS) -> dict[str, list[np.ndarray]]:
     """Every (mapping, v_min) combination's per-character scores, keyed ``"<mapping> v>=<v_min>"``."""
     grid = sorted(set(V_MIN_GRID) | ({round(float(extra_v_min), 4)} if extra_v_min is not None else set()))
     return {f"{m} v>={vm:g}": [probe_chars(r, n, m, vm) for r, n in zip(results, text_lens)]
-            for m in MAPPINGS for vm in grid}
+            for m in mappings for vm in grid}
 
 
 def u_seq_chars(results: list, text_lens: list[int]) -> list[np.ndarray]:

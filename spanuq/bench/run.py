@@ -69,12 +69,18 @@ def build_methods(uq, items: list[MushroomItem], results: list, cfg: Config, see
     return [
         Method("spanuq", "SpanUQ probe (ours)", "the probe's spans: û and validity, one teacher-forced pass",
                probe_variants(results, lens, stored), kind="probe"),
+        Method("spans_only", "SpanUQ spans, û ignored", "the probe's spans marked 1 (validity cut chosen on val)",
+               probe_variants(results, lens, stored, mappings=("const",)), thresholds=fixed, kind="ablation"),
         Method("u_seq", "û_seq on every character", "the probe's answer-level score, no spans",
                {"u_seq": u_seq_chars(results, lens)}),
         Method("token_entropy", "Token entropy (backbone)", "SmolLM2's next-token entropy / log|V|, teacher-forced",
                {"token": ent, "word_max": [controls.word_max(t, v) for t, v in zip(texts, ent)]}),
         Method(CONTROL, "Named entities + numbers", "spaCy entities and regex numbers marked, text only",
                {"binary": controls.entities_numbers(nlp, texts)}, thresholds=fixed),
+        Method("claim_units", "Teacher's claim anchors", "the offline labeller's spans (entities, numbers, a noun "
+               "chunk per clause) marked, text only",
+               {"binary": controls.claim_units(nlp, texts, cfg.label.min_span_chars, cfg.label.max_spans)},
+               thresholds=fixed),
         Method("random", "Random words (seeded)", f"a uniform random score per word, seed {seed}",
                {"word": controls.random_words(texts, [x.id for x in items], seed)}),
         Method("mark_all", "Mark everything", "every character marked with probability 1",

@@ -29,7 +29,7 @@ class Method:
     what: str  # one line: what the method reads
     variants: dict[str, list[np.ndarray]]
     thresholds: tuple[float, ...] = THRESHOLDS
-    kind: str = "control"  # probe | control
+    kind: str = "control"  # probe | ablation (the probe with a part removed) | control
     notes: list[str] = field(default_factory=list)
 
 
