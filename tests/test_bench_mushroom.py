@@ -209,8 +209,12 @@ def test_cli_end_to_end_on_the_fixture(probe_dir, tmp_path, capsys, repo_root):
     assert test["test_read"] == 1 and test["n_items"] == 4
     settings = json.loads(next((bench / "mushroom-settings").iterdir()).read_text())
     assert [r["settings"] for r in test["rows"]] == [settings["methods"][k] for k in keys]  # read, not chosen
-    pred = [json.loads(line) for line in (bench / "mushroom-test-predictions" / "spanuq.jsonl").read_text().splitlines()]
+    lines = (bench / "mushroom-test-predictions" / "spanuq.jsonl").read_text().splitlines()
+    pred = [json.loads(line) for line in lines]  # the task's submission format
     assert [p["id"] for p in pred] == [f"tst-en-{i}" for i in range(1, 5)]
+    assert all(set(p) == {"id", "soft_labels", "hard_labels"} for p in pred)
+    probe_row = test["rows"][0]
+    assert set(probe_row) >= {"delta_vs_entities_numbers", "delta_vs_claim_units"}
     capsys.readouterr()
     assert main(["bench", "mushroom", "--split", "test", *common]) == 2  # a second read is refused
     assert "already read for this probe" in capsys.readouterr().err

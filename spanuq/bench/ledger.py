@@ -32,7 +32,8 @@ def write_settings(bench_dir: Path, probe_sha: str, record: dict) -> Path:
 def read_settings(bench_dir: Path, probe_sha: str) -> dict:
     path = settings_path(bench_dir, probe_sha)
     if not path.exists():
-        raise FileNotFoundError(f"no settings chosen on the validation split for this probe (sha256 {probe_sha[:12]}…, "
+        raise FileNotFoundError(f"no settings chosen on the validation split for this probe "
+                                f"(sha256 {probe_sha[:12]}…, "
                                 f"expected {path}): run `spanuq bench mushroom --split val` with the same probe first")
     return read_json(path)
 

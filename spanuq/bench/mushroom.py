@@ -17,13 +17,13 @@ annotators) and ``soft_labels`` (``[{start, end, prob}]``, prob = share of annot
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import datetime, timezone
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ..features.store import sha256_file
 from ..io import iter_jsonl, read_records, write_json, write_jsonl
 
 SPLITS = {"val": "val-en-", "test": "tst-en-"}
@@ -127,14 +127,6 @@ def find_split_file(data: list[str | Path], split: str) -> Path:
     return next(iter(contents.values()))
 
 
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def cache_paths(cache_root: str | Path, split: str) -> tuple[Path, Path]:
     d = Path(cache_root) / "bench" / "mushroom"
     return d / f"en-{split}.jsonl", d / f"en-{split}.source.json"
@@ -150,7 +142,7 @@ def load_split(split: str, cache_root: str | Path, data: list[str | Path] | None
     if data:
         src = find_split_file(list(data), split)
         items = sorted(read_items(src), key=lambda x: x.id)
-        info = {"split": split, "source": str(src.resolve()), "sha256": sha256_file(src), "n_items": len(items),
+        info = {"split": split, "source": str(src.resolve()), "sha256": sha256_file(Path(src)), "n_items": len(items),
                 "cached": datetime.now(timezone.utc).isoformat(timespec="seconds"), "origin": SOURCE}
         write_jsonl(items_file, items)
         write_json(info_file, info)

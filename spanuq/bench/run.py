@@ -23,16 +23,18 @@ import numpy as np
 import yaml
 
 from ..config import Config
+from ..features.store import sha256_file
 from ..io import read_json, write_json, write_jsonl
 from . import controls, ledger
 from .metrics import item_scores, mean_ci
-from .mushroom import MushroomItem, load_split, sha256_file
+from .mushroom import MushroomItem, load_split
 from .probe_chars import probe_variants, u_seq_chars
 from .select import Method, choose, predictions
 from .table import write_markdown
 
 ANCHORS = Path(__file__).with_name("mushroom_anchors.yaml")
 CONTROL = "entities_numbers"  # the control the probe must beat (issue 19)
+DELTAS = (CONTROL, "claim_units")  # paired differences against the text-only taggers
 
 
 def commit() -> str | None:
@@ -90,21 +92,22 @@ def build_methods(uq, items: list[MushroomItem], results: list, cfg: Config, see
 
 def evaluate_methods(methods: list[Method], settings: dict, refs: list[dict], bootstrap: int, seed: int
                      ) -> tuple[list[dict], dict[str, list[dict]]]:
-    """One row per method (IoU, Cor with bootstrap intervals; Δ against the entity/number
-    control, paired over the same resamples) and each method's predictions."""
+    """One row per method (IoU, Cor with bootstrap intervals; Δ against the two text-only
+    taggers, paired over the same resamples) and each method's predictions."""
     preds, per_item = {}, {}
     for m in methods:
         preds[m.key] = predictions(m, settings[m.key])
         per_item[m.key] = item_scores(refs, preds[m.key])
-    base_iou, base_cor = per_item.get(CONTROL, (None, None))
     rows = []
     for m in methods:
         i, c = per_item[m.key]
         row = {"key": m.key, "name": m.name, "kind": m.kind, "what": m.what,
                "iou": mean_ci(i, bootstrap, seed), "cor": mean_ci(c, bootstrap, seed), "settings": settings[m.key]}
-        if base_iou is not None and m.key != CONTROL:
-            row["delta_vs_" + CONTROL] = {"iou": mean_ci(i - base_iou, bootstrap, seed),
-                                          "cor": mean_ci(c - base_cor, bootstrap, seed)}
+        for base in DELTAS:
+            if base in per_item and m.key != base:
+                bi, bc = per_item[base]
+                row["delta_vs_" + base] = {"iou": mean_ci(i - bi, bootstrap, seed),
+                                           "cor": mean_ci(c - bc, bootstrap, seed)}
         rows.append(row)
     return rows, preds
 
