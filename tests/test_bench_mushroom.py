@@ -230,7 +230,7 @@ def test_cli_end_to_end_on_the_fixture(probe_dir, tmp_path, capsys, repo_root):
     capsys.readouterr()
     assert main(["bench", "mushroom", "--split", "test", *common]) == 2  # a second read is refused
     assert "already read for this probe" in capsys.readouterr().err
-    from spanuq.bench.table import report_tables
+    from spanuq.report.mushroom import report_tables
 
     assert [t.title.split(":")[0] for t in report_tables(bench)] == ["Mu-SHROOM English test split",
                                                                      "Mu-SHROOM English val split"]

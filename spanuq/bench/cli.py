@@ -27,8 +27,8 @@ def add_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
 def run_bench(args, cfg) -> int:
     from transformers.utils import logging as hf_logging
 
+    from ..report.mushroom import mushroom_table
     from .run import run_mushroom
-    from .table import mushroom_table
 
     hf_logging.disable_progress_bar()
     out = run_mushroom(cfg, args.split, probe=args.probe, data=args.data, force=args.force, seed=args.seed,

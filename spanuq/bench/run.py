@@ -25,12 +25,12 @@ import yaml
 from ..config import Config
 from ..features.store import sha256_file
 from ..io import read_json, write_json, write_jsonl
+from ..report.mushroom import write_markdown
 from . import controls, ledger
 from .metrics import item_scores, mean_ci
 from .mushroom import MushroomItem, load_split
 from .probe_chars import probe_variants, u_seq_chars
 from .select import Method, choose, predictions
-from .table import write_markdown
 
 ANCHORS = Path(__file__).with_name("mushroom_anchors.yaml")
 CONTROL = "entities_numbers"  # the control the probe must beat (issue 19)
@@ -153,7 +153,7 @@ def run_mushroom(cfg: Config, split: str, probe: str | None = None, data: list[s
               "settings_file": str(settings_file), "settings_chosen_on": "val",
               "test_read": read_no if split == "test" else None, "forced": bool(force and split == "test"),
               "date": ledger.now(), "commit": commit(), "seed": seed,
-              "bootstrap": {"resamples": bootstrap, "unit": "answer", "level": 0.95},
+              "bootstrap": {"resamples": bootstrap, "unit": "answer", "level": 0.95}, "deltas": list(DELTAS),
               "rows": rows, "anchors": yaml.safe_load(ANCHORS.read_text()), "predictions": str(pred_dir)}
     write_json(out, record)
     write_markdown(record, out.with_suffix(".md"))

@@ -10,6 +10,7 @@ import numpy as np
 from ..config import Config
 from ..io import read_json
 from ..paths import StagePaths
+from .mushroom import report_tables as mushroom_tables
 from .render import write_report
 from .tables import (METHODS, ablation_table, cost_table, detection_table, display_name, method_rows,
                      per_domain_table, sequence_table, span_table)
@@ -56,9 +57,7 @@ def run_report(cfg: Config, progress: bool = True) -> Path:
     abl = ablation_table(paths.root / "ablation")
     if abl is not None:
         tables.append(abl)
-    from ..bench.table import report_tables
-
-    tables += report_tables(paths.root / "bench")  # `spanuq bench mushroom`, when it has run
+    tables += mushroom_tables(paths.root / "bench")  # `spanuq bench mushroom`, when it has run
     nli = baselines.get("nli")
     intro = [f"Backbone {cfg.backbone.name}; test split: {evaluation.get('n_responses')} answers, "
              f"{evaluation.get('n_spans')} labelled spans; labels: {baselines.get('label_method')} "

@@ -1,11 +1,12 @@
-"""The benchmark's table (Markdown file and the report's section) from ``mushroom-<split>.json``."""
+"""The Mu-SHROOM table (`spanuq bench mushroom`'s Markdown file and the report's section), read
+from ``data/<backbone>/bench/mushroom-<split>.json``; nothing here imports the bench package."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from ..io import atomic_write_text
-from ..report.tables import Table, cell
+from .tables import Table, cell
 
 
 def _settings(s: dict) -> str:
@@ -15,7 +16,7 @@ def _settings(s: dict) -> str:
 
 def mushroom_table(record: dict) -> Table:
     split, n = record["split"], record["n_items"]
-    ctrl = "entities_numbers"
+    ctrl = (record.get("deltas") or ["entities_numbers"])[0]
     h = ["Method", "IoU", "Cor", "Δ IoU vs entities+numbers", "Δ Cor vs entities+numbers",
          "settings (chosen on val)"]
     body = []
@@ -49,7 +50,7 @@ def mushroom_table(record: dict) -> Table:
 
 
 def write_markdown(record: dict, path: Path) -> Path:
-    from ..report.render import table_markdown
+    from .render import table_markdown
 
     atomic_write_text(path, table_markdown(mushroom_table(record)))
     return path
