@@ -7,6 +7,7 @@
     spanuq llama-server --port 8080       # the shipped GGUF behind an OpenAI-compatible API
     spanuq score "Who was Marie Curie?"   # the answer with its likely-wrong spans (docs/score.md)
     spanuq serve                          # HTTP API + web page on 127.0.0.1:8000
+    spanuq bench mushroom --split val     # human span labels (Mu-SHROOM), beside the controls
 """
 from __future__ import annotations
 
@@ -68,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     sp = sub.add_parser("serve", help="HTTP service (POST /score) and web page")
     _add_config_args(sp)
     add_serve_args(sp)
+    from .bench.cli import add_bench_args
+
+    add_bench_args(sub.add_parser("bench", help="benchmarks on human labels: `spanuq bench mushroom`"),
+                   _add_config_args)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -92,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
                                only=args.rows.split(",") if args.rows else None)
             print(f"ablate: wrote {out}")
 
+        elif args.cmd == "bench":
+            from .bench.cli import run_bench
+
+            return run_bench(args, cfg)
         elif args.cmd in ("score", "serve"):
             from .score.commands import run_score, run_serve
 

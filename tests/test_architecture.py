@@ -20,7 +20,8 @@ LAYERS = {
     "the probe": ["spanuq.model", "spanuq.metrics"],
     "the stages that make the training data": ["spanuq.data", "spanuq.generate", "spanuq.label", "spanuq.features"],
     "the product": ["spanuq.score"],
-    "the stages that read a trained probe": ["spanuq.evaluate", "spanuq.train", "spanuq.baselines", "spanuq.report"],
+    "the stages that read a trained probe": ["spanuq.evaluate", "spanuq.train", "spanuq.baselines", "spanuq.report",
+                                             "spanuq.bench"],
     "what runs the stages": ["spanuq.stages", "spanuq.sweep"],
     "entry points": ["spanuq.cli", "spanuq"],
 }

@@ -115,3 +115,27 @@ def test_the_ablation_table_appears_when_ablation_runs_exist(make_cfg, tmp_path)
     md = (root / "report" / "report.md").read_text()
     assert "Ablations" in md and "60 train answers" in md
     assert "| w/o UCIR | 0.610 | 0.200 | n/a (constant) | 0.500 | 0.750 | 0.600 | 0.750 | 0.700 | 42 |" in md
+
+
+def test_the_mushroom_table_appears_when_the_benchmark_has_run(make_cfg, tmp_path):
+    from spanuq.report.stage import run_report
+
+    cfg = make_cfg("report.log_mlflow=false")
+    root = tmp_path / "data" / cfg.backbone.name
+    _write_metrics(root, cfg.evaluate)
+    settings = {"soft": "u v>=0.3", "hard": {"variant": "u v>=0.3", "threshold": 0.45}}
+    row = {"key": "spanuq", "name": "SpanUQ probe (ours)", "iou": defined(0.41, [0.35, 0.47]),
+           "cor": defined(0.33, [0.28, 0.38]), "settings": settings,
+           "delta_vs_entities_numbers": {"iou": defined(0.05, [0.01, 0.09]), "cor": defined(-0.02, [-0.06, 0.02])}}
+    write_json(root / "bench" / "mushroom-test.json", {
+        "split": "test", "n_items": 154, "n_skipped": 0, "rows": [row], "test_read": 1, "forced": False,
+        "settings_file": "s.json", "bootstrap": {"resamples": 1000},
+        "probe": {"path": "probe", "sha256": "ab" * 32}, "data": {"source": "x.jsonl", "sha256": "cd" * 32},
+        "anchors": {"split": "test", "n_items": 154, "source": {"repository": "r", "files": ["f"], "commit": "c"},
+                    "anchors": [{"name": "best IoU", "iou": 0.651, "cor": 0.629}]}})
+    run_report(cfg, progress=False)
+    md = (root / "report" / "report.md").read_text()
+    assert "Mu-SHROOM English test split" in md and "Test read 1 of this probe" in md
+    assert ("| SpanUQ probe (ours) | 0.410 [0.35, 0.47] | 0.330 [0.28, 0.38] | 0.050 [0.01, 0.09] | "
+            "-0.020 [-0.06, 0.02] | soft: u v>=0.3; hard: u v>=0.3 > 0.45 |") in md
+    assert "| leaderboard: best IoU | 0.651 | 0.629 |" in md

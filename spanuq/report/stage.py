@@ -1,4 +1,4 @@
-"""The `report` stage: metrics.json (evaluate) + baselines/ (+ ablation/ when present) →
+"""The `report` stage: metrics.json (evaluate) + baselines/ (+ ablation/, bench/ when present) →
 ``data/<backbone>/report/report.md`` and ``index.html``, with a ROC chart of every
 method, reliability diagrams and the per-domain breakdown; logged to MLflow.  It prints
 the test-split table of SpanUQ beside the floors and every baseline, as does
@@ -14,6 +14,7 @@ import numpy as np
 from ..config import Config
 from ..pipeline.files import read_json
 from ..pipeline.paths import StagePaths
+from .mushroom import report_tables as mushroom_tables
 from .render import write_report
 from .tables import (METHODS, ablation_table, cost_table, detection_table, display_name, method_rows,
                      per_domain_table, sequence_table, span_table)
@@ -77,6 +78,7 @@ def run_report(cfg: Config, progress: bool = True) -> Path:
     abl = ablation_table(paths.root / "ablation")
     if abl is not None:
         tables.append(abl)
+    tables += mushroom_tables(paths.root / "bench")  # `spanuq bench mushroom`, when it has run
     nli = baselines.get("nli")
     intro = [f"Backbone {cfg.backbone.name}; test split: {evaluation.get('n_responses')} answers, "
              f"{evaluation.get('n_spans')} labelled spans; labels: {baselines.get('label_method')} "

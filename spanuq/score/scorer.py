@@ -92,6 +92,8 @@ class SpanUQ:
         self.backbone_name = cfg.backbone.name
         self.layers = list(cfg.backbone.layers)
         self.system_prompt = ckpt.extra.get("system_prompt", cfg.backbone.system_prompt)
+        self.extra = dict(ckpt.extra)  # the checkpoint's facts (backbone, layers, dev metrics, ...)
+        self.fitted = ckpt.calibration  # as fitted on dev, before any threshold given below
         # fitted on dev and carried by the checkpoint; a threshold given here or in score.validity_threshold wins
         self.calibration = ckpt.calibration.with_threshold(
             threshold if threshold is not None else cfg.score.validity_threshold)

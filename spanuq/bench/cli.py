@@ -1,0 +1,43 @@
+"""`spanuq bench mushroom`: arguments and output (spanuq/cli.py wires it in).
+
+    spanuq bench mushroom --split val --data ~/mu-shroom          # parse + cache the English files; choose settings
+    spanuq bench mushroom --split test --probe data/smollm2-135m/probe   # once per probe (--force to re-read)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
+    sub = p.add_subparsers(dest="bench", required=True)
+    m = sub.add_parser("mushroom", help="English Mu-SHROOM (SemEval-2025 Task 3): IoU and Cor on human span labels")
+    add_config_args(m)
+    m.add_argument("--split", choices=["val", "test"], default="val",
+                   help="val chooses every free setting; test reads them (once per probe)")
+    m.add_argument("--probe", default=None, metavar="DIR|URI",
+                   help="probe checkpoint folder or MLflow URI; default: data/<backbone>/probe")
+    m.add_argument("--data", nargs="+", default=None, metavar="PATH",
+                   help="the English Mu-SHROOM files or a folder holding them (parsed once, then cached)")
+    m.add_argument("--force", action="store_true", help="read the test split again for a probe already tested")
+    m.add_argument("--seed", type=int, default=0, help="seed of the random control and the bootstrap")
+    m.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
+
+
+def run_bench(args, cfg) -> int:
+    from transformers.utils import logging as hf_logging
+
+    from ..report.mushroom import mushroom_table
+    from .run import run_mushroom
+
+    hf_logging.disable_progress_bar()
+    out = run_mushroom(cfg, args.split, probe=args.probe, data=args.data, force=args.force, seed=args.seed,
+                       bootstrap=args.bootstrap, progress=not args.no_progress)
+    record = json.loads(out.read_text())
+    t = mushroom_table(record)
+    width = max(len(r[0]) for r in t.rows)
+    print(t.title)
+    for r in t.rows:
+        print(f"  {r[0]:<{width}}  IoU {r[1]:<22} Cor {r[2]}")
+    print(f"bench mushroom: wrote {out} and {out.with_suffix('.md')}")
+    return 0

@@ -1,0 +1,162 @@
+"""`spanuq bench mushroom`: a probe scored on the English Mu-SHROOM split through the public
+API, beside every control, with the task's IoU and Cor.
+
+    run_mushroom(cfg, "val", probe="path/to/probe", data=["path/to/mu-shroom"])   # chooses settings
+    run_mushroom(cfg, "test", probe="path/to/probe")                               # reads them; once per probe
+
+Every method (the probe and each control) is computed in the same run on the same answers.
+The probe reads each (question, answer) pair with ``SpanUQ.score_many`` (validity threshold 0:
+every non-duplicate span comes back, the validation split chooses which to keep).  An answer
+the backbone cannot read in one pass is skipped by the model-based methods (they mark
+nothing there), counted and listed; the metric still covers every answer of the split.
+
+Writes ``data/<backbone>/bench/mushroom-<split>.{json,md}`` and the predictions of every
+method in the task's submission format (``mushroom-<split>-predictions/<method>.jsonl``),
+which the task's own ``scorer.py`` can read.
+"""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from ..config import Config
+from ..pipeline.files import read_json, sha256_file, write_json, write_jsonl
+from ..report.mushroom import write_markdown
+from . import controls, ledger
+from .metrics import item_scores, mean_ci
+from .mushroom import MushroomItem, load_split
+from .probe_chars import probe_variants, u_seq_chars
+from .select import Method, choose, predictions
+
+ANCHORS = Path(__file__).with_name("mushroom_anchors.yaml")
+CONTROL = "entities_numbers"  # the control the probe must beat (issue 19)
+DELTAS = (CONTROL, "claim_units")  # paired differences against the text-only taggers
+
+
+def commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).parent).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def score_items(uq, items: list[MushroomItem], progress: bool) -> tuple[list, list[dict]]:
+    """The probe's `ScoreResult` per answer (None where it could not read it) and the skips."""
+    out = uq.score_many([{"prompt": x.model_input, "response": x.model_output_text} for x in items],
+                        progress=progress, return_errors=True)
+    skipped = [{"id": x.id, "reason": str(r)} for x, r in zip(items, out) if isinstance(r, Exception)]
+    return [None if isinstance(r, Exception) else r for r in out], skipped
+
+
+def build_methods(uq, items: list[MushroomItem], results: list, cfg: Config, seed: int,
+                  progress: bool) -> list[Method]:
+    """The probe and every control on the same answers."""
+    from ..label.units import load_spacy
+    from ..llm.loading import chat_prompt
+
+    texts = [x.model_output_text for x in items]
+    lens = [len(t) for t in texts]
+    stored = uq.fitted.validity_threshold
+    chats = [None if r is None else chat_prompt(uq.tok, x.model_input, uq.system_prompt)
+             for x, r in zip(items, results)]
+    ent = [np.zeros(n) if v is None else v for v, n in zip(
+        controls.token_entropy_chars(uq.model, uq.tok, chats, texts, progress=progress), lens)]
+    nlp = load_spacy(cfg.label.spacy_model)
+    fixed = (0.5,)
+    return [
+        Method("spanuq", "SpanUQ probe (ours)", "the probe's spans: û and validity, one teacher-forced pass",
+               probe_variants(results, lens, stored), kind="probe"),
+        Method("spans_only", "SpanUQ spans, û ignored", "the probe's spans marked 1 (validity cut chosen on val)",
+               probe_variants(results, lens, stored, mappings=("const",)), thresholds=fixed, kind="ablation"),
+        Method("u_seq", "û_seq on every character", "the probe's answer-level score, no spans",
+               {"u_seq": u_seq_chars(results, lens)}),
+        Method("token_entropy", "Token entropy (backbone)", "SmolLM2's next-token entropy / log|V|, teacher-forced",
+               {"token": ent, "word_max": [controls.word_max(t, v) for t, v in zip(texts, ent)]}),
+        Method(CONTROL, "Named entities + numbers", "spaCy entities and regex numbers marked, text only",
+               {"binary": controls.entities_numbers(nlp, texts)}, thresholds=fixed),
+        Method("claim_units", "Teacher's claim anchors", "the offline labeller's spans (entities, numbers, a noun "
+               "chunk per clause) marked, text only",
+               {"binary": controls.claim_units(nlp, texts, cfg.label.min_span_chars, cfg.label.max_spans)},
+               thresholds=fixed),
+        Method("random", "Random words (seeded)", f"a uniform random score per word, seed {seed}",
+               {"word": controls.random_words(texts, [x.id for x in items], seed)}),
+        Method("mark_all", "Mark everything", "every character marked with probability 1",
+               {"all": controls.mark_all(texts)}, thresholds=fixed),
+    ]
+
+
+def evaluate_methods(methods: list[Method], settings: dict, refs: list[dict], bootstrap: int, seed: int
+                     ) -> tuple[list[dict], dict[str, list[dict]]]:
+    """One row per method (IoU, Cor with bootstrap intervals; Δ against the two text-only
+    taggers, paired over the same resamples) and each method's predictions."""
+    preds, per_item = {}, {}
+    for m in methods:
+        preds[m.key] = predictions(m, settings[m.key])
+        per_item[m.key] = item_scores(refs, preds[m.key])
+    rows = []
+    for m in methods:
+        i, c = per_item[m.key]
+        row = {"key": m.key, "name": m.name, "kind": m.kind, "what": m.what,
+               "iou": mean_ci(i, bootstrap, seed), "cor": mean_ci(c, bootstrap, seed), "settings": settings[m.key]}
+        for base in DELTAS:
+            if base in per_item and m.key != base:
+                bi, bc = per_item[base]
+                row["delta_vs_" + base] = {"iou": mean_ci(i - bi, bootstrap, seed),
+                                           "cor": mean_ci(c - bc, bootstrap, seed)}
+        rows.append(row)
+    return rows, preds
+
+
+def run_mushroom(cfg: Config, split: str, probe: str | None = None, data: list[str] | None = None,
+                 force: bool = False, seed: int = 0, bootstrap: int = 1000, progress: bool = True) -> Path:
+    """Score the split, write the table; returns the JSON file."""
+    from .. import SpanUQ
+    from ..score.scorer import resolve_checkpoint
+
+    if split not in ("val", "test"):
+        raise ValueError(f"--split must be val or test, not {split!r}")
+    ckpt = resolve_checkpoint(probe, cfg)  # a folder, an MLflow URI or data/<backbone>/probe
+    probe_sha = sha256_file(ckpt / "model.safetensors")
+    backbone = (read_json(ckpt / "config.json").get("extra") or {}).get("backbone") or cfg.backbone.name
+    bench_dir = Path(cfg.paths.data) / backbone / "bench"
+    if split == "test":  # before any model is loaded: a refused read costs nothing
+        chosen = ledger.read_settings(bench_dir, probe_sha)
+        read_no = ledger.check_test_read(bench_dir, probe_sha, force)
+    items, info = load_split(split, cfg.paths.cache, data)
+    with SpanUQ.load(ckpt, cfg=cfg, threshold=0.0) as uq:
+        refs = [x.reference() for x in items]
+        results, skipped = score_items(uq, items, progress)
+        methods = build_methods(uq, items, results, cfg, seed, progress)
+        probe_info = {"path": str(uq.checkpoint), "sha256": probe_sha, "backbone": uq.backbone_name,
+                      "stored_validity_threshold": uq.fitted.validity_threshold,
+                      "dev_auroc": uq.extra.get("dev_auroc")}
+    if split == "val":
+        settings = {m.key: choose(m, refs) for m in methods}
+        settings_file = ledger.write_settings(bench_dir, probe_sha, {
+            "probe": probe_info, "split": "val", "data_sha256": info["sha256"], "n_items": len(items),
+            "seed": seed, "methods": settings})
+    else:
+        settings = chosen["methods"]
+        settings_file = ledger.settings_path(bench_dir, probe_sha)
+    rows, preds = evaluate_methods(methods, settings, refs, bootstrap, seed)
+    out = bench_dir / f"mushroom-{split}.json"
+    pred_dir = bench_dir / f"mushroom-{split}-predictions"
+    for key, p in preds.items():
+        write_jsonl(pred_dir / f"{key}.jsonl", [{"id": x.id, **q} for x, q in zip(items, p)])
+    record = {"benchmark": "Mu-SHROOM English (SemEval-2025 Task 3)", "split": split, "n_items": len(items),
+              "n_skipped": len(skipped), "skipped": skipped, "data": info, "probe": probe_info,
+              "settings_file": str(settings_file), "settings_chosen_on": "val",
+              "test_read": read_no if split == "test" else None, "forced": bool(force and split == "test"),
+              "date": ledger.now(), "commit": commit(), "seed": seed,
+              "bootstrap": {"resamples": bootstrap, "unit": "answer", "level": 0.95}, "deltas": list(DELTAS),
+              "rows": rows, "anchors": yaml.safe_load(ANCHORS.read_text()), "predictions": str(pred_dir)}
+    write_json(out, record)
+    write_markdown(record, out.with_suffix(".md"))
+    if split == "test":
+        ledger.record_test_read(bench_dir, probe_sha, {"output": str(out), "forced": bool(force),
+                                                       "read": read_no, "n_items": len(items)})
+    return out
