@@ -7,6 +7,7 @@
     spanuq llama-server --port 8080       # the shipped GGUF behind an OpenAI-compatible API
     spanuq score "Who was Marie Curie?"   # the answer with its likely-wrong spans (docs/score.md)
     spanuq serve                          # HTTP API + web page on 127.0.0.1:8000
+    spanuq registry import-shipped        # the shipped probe as a version of spanuq-<backbone> (MLflow)
     spanuq bench mushroom --split val     # human span labels (Mu-SHROOM), beside the controls
 """
 from __future__ import annotations
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     sp = sub.add_parser("serve", help="HTTP service (POST /score) and web page")
     _add_config_args(sp)
     add_serve_args(sp)
+    sp = sub.add_parser("registry", help="the MLflow model registry: `spanuq registry import-shipped`")
+    _add_config_args(sp)
+    sp.add_argument("action", choices=["import-shipped"],
+                    help="import-shipped: register the probe shipped with spanuq as a version of spanuq-<backbone>")
     from .bench.cli import add_bench_args
 
     add_bench_args(sub.add_parser("bench", help="benchmarks on human labels: `spanuq bench mushroom`"),
@@ -101,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.cli import run_bench
 
             return run_bench(args, cfg)
+        elif args.cmd == "registry":
+            from .score.registry import import_shipped
+
+            print(json.dumps(import_shipped(cfg), indent=2))
         elif args.cmd in ("score", "serve"):
             from .score.commands import run_score, run_serve
 

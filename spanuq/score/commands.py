@@ -20,7 +20,8 @@ from tqdm.auto import tqdm
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, metavar="DIR|URI",
                    help="probe checkpoint folder or MLflow URI (models:/spanuq-<backbone>@champion); "
-                        "default: data/<backbone>/probe")
+                        "or `shipped` (the probe shipped with spanuq); default: data/<backbone>/probe when "
+                        "one was trained here, else the shipped probe")
     p.add_argument("--generator", choices=["llamacpp", "hf"], default=None,
                    help="how score(prompt) generates: llamacpp server + one teacher-forced pass (default) "
                         "or transformers with hidden states captured during generation")
@@ -52,7 +53,9 @@ def _load(args, cfg):
 
     hf_logging.disable_progress_bar()  # "Loading weights" on every call is noise in a command's output
 
-    return SpanUQ.load(args.model, cfg=cfg, generator=args.generator, threshold=args.threshold)
+    uq = SpanUQ.load(args.model, cfg=cfg, generator=args.generator, threshold=args.threshold)
+    print(f"spanuq: {uq.probe_source}", file=sys.stderr, flush=True)  # which probe scores, always said
+    return uq
 
 
 def _read_arg(value: str | None) -> str | None:

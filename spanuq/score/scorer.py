@@ -1,7 +1,9 @@
 """`SpanUQ`: which parts of an answer are likely wrong, for a prompt or a (prompt, answer) pair.
 
     from spanuq import SpanUQ
-    uq = SpanUQ.load()                                   # data/<backbone>/probe after `make repro`
+    uq = SpanUQ.load()                                   # data/<backbone>/probe after `make repro`, else the shipped probe
+    uq = SpanUQ.load("shipped")                          # the probe shipped in spanuq/probes/<backbone>/
+    uq.probe_source                                      # "shipped smollm2-135m probe of <date>, sha256 <12> (...)"
     uq = SpanUQ.load("models:/spanuq-smollm2-135m@champion")
     r = uq.score("Who was Marie Curie?")                 # the backbone answers, then the probe scores
     r = uq.score("Who was Marie Curie?", response="…")   # any answer, one teacher-forced pass
@@ -30,6 +32,7 @@ from ..llm.states import extract_batch, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
 from ..model.postprocess import Answer, Prediction, predict
 from .schema import ScoredSpan, ScoreRequest, ScoreResult, Timings
+from .shipped import SHIPPED, describe, shipped_dir
 
 log = logging.getLogger(__name__)
 LLAMACPP_CTX = 4096  # the managed llama.cpp server's context (prompt + generated tokens)
@@ -51,16 +54,17 @@ class GenerationError(RuntimeError):
 
 def resolve_checkpoint(source: str | Path | None, cfg: Config) -> Path:
     """A probe folder from a path, an MLflow model URI (``models:/spanuq-<backbone>@champion``,
-    ``runs:/<id>/probe``) or, with None, the pipeline's ``data/<backbone>/probe``."""
+    ``runs:/<id>/probe``), ``"shipped"`` (the probe shipped for the configured backbone) or,
+    with None, the pipeline's ``data/<backbone>/probe`` when one was trained here, else the
+    shipped probe."""
     if source is None:
         from ..pipeline.paths import StagePaths
 
         path = StagePaths.from_config(cfg).probe
-        if not (path / "config.json").exists():
-            raise FileNotFoundError(f"no trained probe at {path}: run `make repro` (or `dvc repro train`), "
-                                    "or pass a checkpoint folder or models:/spanuq-<backbone>@champion")
-        return path
+        return path if (path / "config.json").exists() else shipped_dir(cfg.backbone.name)
     text = str(source)
+    if text == SHIPPED:
+        return shipped_dir(cfg.backbone.name)
     if text.startswith(("models:/", "runs:/")) or "://" in text:
         import mlflow
         import yaml
@@ -89,6 +93,7 @@ class SpanUQ:
         self.probe, self.cfg = ckpt.probe, cfg
         self.model, self.tok = backbone, tokenizer
         self.checkpoint = checkpoint
+        self.probe_source = describe(checkpoint)  # which probe this is, in one line (shipped or trained here)
         self.backbone_name = cfg.backbone.name
         self.layers = list(cfg.backbone.layers)
         self.system_prompt = ckpt.extra.get("system_prompt", cfg.backbone.system_prompt)
@@ -109,7 +114,8 @@ class SpanUQ:
     def load(cls, source: str | Path | None = None, *, cfg: Config | None = None,
              params: str | Path | None = "params.yaml", generator: str | None = None,
              threshold: float | None = None, device: str = "cpu") -> "SpanUQ":
-        """From a checkpoint folder, an MLflow model URI, or (None) the pipeline's probe."""
+        """From a checkpoint folder, an MLflow model URI, ``"shipped"``, or (None) the pipeline's
+        probe when one was trained here, else the shipped one (`resolve_checkpoint`)."""
         from ..llm.loading import load_backbone
         from ..llm.presets import fused_layers, get_preset
 
@@ -126,7 +132,10 @@ class SpanUQ:
         if ckpt.d_model != d:
             raise ValueError(f"{path}: the probe reads d_model={ckpt.d_model} states, {bb.name} has {d}")
         model, tok = load_backbone(cfg)
-        return cls(ckpt, cfg, model, tok, path, threshold)
+        uq = cls(ckpt, cfg, model, tok, path, threshold)
+        uq.probe_source = describe(path, source)
+        log.info("SpanUQ loaded the %s", uq.probe_source)
+        return uq
 
     def close(self) -> None:
         if self._client is not None:

@@ -218,7 +218,7 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
 
     @app.get("/health")
     def health():
-        return {"status": "ok", "backbone": uq.backbone_name, "checkpoint": str(uq.checkpoint),
+        return {"status": "ok", "backbone": uq.backbone_name, "probe": uq.probe_source, "checkpoint": str(uq.checkpoint),
                 "generator": uq.generator, "queued": worker.q.qsize(), "batches": worker.batches,
                 "validity_threshold": uq.threshold, "limits": {
                     "max_body_bytes": scfg.max_body_bytes, "max_prompt_chars": uq.cfg.score.max_prompt_chars,
@@ -236,4 +236,5 @@ def serve(uq: SpanUQ, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Run the service in the foreground (`spanuq serve`)."""
     import uvicorn
 
+    log.info("serving the %s", uq.probe_source)
     uvicorn.run(create_app(uq), host=host, port=port, log_level="info", workers=1)

@@ -1,0 +1,234 @@
+"""Ship a finished pipeline run's probe inside the package: spanuq/probes/<backbone>/.
+
+    python scripts/ship_probe.py --run data                                   # the default run's data dir
+    python scripts/ship_probe.py --run data --preset cpu-full \\
+        --bench data/smollm2-135m/bench/mushroom-test.json                    # with the Mu-SHROOM result
+
+Copies the run's probe checkpoint (model.safetensors + config.json, as the train stage saved it)
+and writes, beside it:
+
+* ``card.json``: data and split sizes, the teacher's settings, the probe's metrics over every
+  labelled test span (intervals, negatives), the baselines stage's rows on the same spans,
+  the calibration, the Mu-SHROOM figures (``--bench``), date, commit and the sha256 of the weights;
+* ``MODEL_CARD.md``: card.json rendered with the report's tables;
+* ``test_split.jsonl``: the run's labelled test answers (prompt, chat prompt, answer, token ids,
+  spans with u*): tests/test_shipped_probe.py re-extracts their states with the backbone and
+  checks the card's metrics against a re-evaluation.
+
+The run's config is read as the stages read it (``-p/--preset/-o``, as `spanuq <stage>`); it
+must be the config the run was made with (the script checks the data paths agree).  When the
+teacher changes, re-run the pipeline and this script: the folder is replaced as a whole.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=REPO)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def test_rows(paths) -> list[dict]:
+    """The labelled test answers the evaluate stage scores (`load_examples`: status ok, split test),
+    with the chat prompt and token ids their states were extracted from."""
+    from spanuq.pipeline.files import read_records
+    from spanuq.pipeline.records import Generation, LabeledResponse
+
+    gens = {g.prompt_id: g for g in read_records(paths.generations, Generation)}
+    rows = []
+    for rec in read_records(paths.labels, LabeledResponse):
+        if rec.split != "test" or rec.status != "ok":
+            continue
+        g = gens[rec.prompt_id]
+        if len(g.greedy.token_ids) != rec.n_tokens:
+            raise ValueError(f"{rec.prompt_id}: labels have {rec.n_tokens} tokens, the generation "
+                             f"{len(g.greedy.token_ids)}")
+        rows.append({"prompt_id": rec.prompt_id, "domain": rec.domain, "prompt": g.prompt_text,
+                     "chat_prompt": g.chat_prompt, "response": rec.response, "token_ids": g.greedy.token_ids,
+                     "spans": [s.model_dump(mode="json") for s in rec.spans], "u_seq": rec.u_seq,
+                     "unplaced": rec.unplaced})
+    return rows
+
+
+def split_sizes(paths) -> dict:
+    """Labelled answers and spans per split (what train / dev / test rest on)."""
+    from spanuq.pipeline.files import read_records
+    from spanuq.pipeline.records import LabeledResponse
+
+    out: dict[str, dict] = {}
+    for rec in read_records(paths.labels, LabeledResponse):
+        d = out.setdefault(rec.split, {"answers": 0, "labelled_answers": 0, "spans": 0})
+        d["answers"] += 1
+        if rec.status == "ok":
+            d["labelled_answers"] += 1
+            d["spans"] += len(rec.spans)
+    return out
+
+
+def headline(row: dict) -> dict:
+    """The card's summary figures of a metrics row (values; intervals stay in the full rows)."""
+    from spanuq.metrics.uq import metric_value
+
+    span = row.get("span") or {}
+    return {"auroc": metric_value(span, "auroc"), "auroc_ci": (span.get("auroc") or {}).get("ci"),
+            "pair_accuracy": metric_value(span, "pair_accuracy"), "ece": metric_value(span, "ece"),
+            "ece_cal": metric_value(span, "ece_cal"), "mae": metric_value(span, "mae"),
+            "detection_f1": metric_value(row, "detection", "f1"), "n_spans": span.get("n"),
+            "n_positive": span.get("n_pos"),
+            "negatives": None if span.get("n") is None else int(span["n"]) - int(span.get("n_pos") or 0)}
+
+
+def build_card(cfg, paths, probe_dir: Path, bench: dict | None, n_test: int) -> dict:
+    from spanuq.pipeline.files import read_json, sha256_file
+
+    metrics = read_json(paths.metrics)
+    base_file = paths.root / "baselines" / "metrics.json"
+    baselines = read_json(base_file) if base_file.exists() else None
+    label_report = read_json(paths.label_report) if paths.label_report.exists() else None
+    train_report = read_json(paths.train_report) if paths.train_report.exists() else None
+    ckpt = read_json(probe_dir / "config.json")
+    if n_test != metrics.get("n_responses"):
+        raise ValueError(f"the run's labels have {n_test} labelled test answers but metrics.json scored "
+                         f"{metrics.get('n_responses')}: re-run `spanuq evaluate` on this run first")
+    return {
+        "card_version": 1,
+        "backbone": cfg.backbone.name,
+        "layers": ckpt["extra"].get("layers"),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "preset": cfg.preset,
+        "weights": {"file": "model.safetensors", "sha256": sha256_file(probe_dir / "model.safetensors"),
+                    "bytes": (probe_dir / "model.safetensors").stat().st_size,
+                    "n_parameters": (metrics.get("probe") or {}).get("n_parameters")},
+        "calibration": ckpt["calibration"],
+        "data": {"prompts": cfg.prompts.model_dump(mode="json"), "splits": split_sizes(paths),
+                 "test_split_file": "test_split.jsonl"},
+        "teacher": {"generate": cfg.generate.model_dump(mode="json", exclude={"api_key_env", "server_url"}),
+                    "label": cfg.label.model_dump(mode="json"),
+                    "label_report": label_report},
+        "probe": cfg.probe.model_dump(mode="json"),
+        "extract": cfg.extract.model_dump(mode="json"),
+        "train": {"config": cfg.train.model_dump(mode="json"), "report": train_report},
+        "evaluate": cfg.evaluate.model_dump(mode="json"),
+        "metrics": {"split": metrics.get("split"), "n_responses": metrics.get("n_responses"),
+                    "n_spans": metrics.get("n_spans"), "headline": headline(metrics["spanuq"]),
+                    "spanuq": metrics["spanuq"]},
+        "baselines": None if baselines is None else {
+            "same_spans": True, "label_method": baselines.get("label_method"), "n_samples": baselines.get("n_samples"),
+            "nli": baselines.get("nli"),
+            "headline": {k: headline(v) for k, v in baselines.get("methods", {}).items() if "span" in v},
+            "methods": baselines.get("methods", {}), "detectors": baselines.get("detectors", {})},
+        "mushroom": None if bench is None else {
+            "split": bench["split"], "n_items": bench["n_items"], "n_skipped": bench["n_skipped"],
+            "test_read": bench.get("test_read"), "date": bench.get("date"), "probe_sha256": bench["probe"]["sha256"],
+            "rows": [{"key": r["key"], "name": r["name"], "iou": r["iou"], "cor": r["cor"],
+                      "settings": r["settings"]} for r in bench["rows"]],
+            "anchors": bench.get("anchors"), "record": bench},
+    }
+
+
+def render(card: dict) -> str:
+    """MODEL_CARD.md: the card's facts and the report's tables over the shipped run's test spans."""
+    from spanuq.report.mushroom import mushroom_table
+    from spanuq.report.render import table_markdown
+    from spanuq.report.tables import detection_table, method_rows, sequence_table, span_table
+
+    m, c, w = card["metrics"], card["calibration"], card["weights"]
+    sp = card["data"]["splits"]
+    g, lab = card["teacher"]["generate"], card["teacher"]["label"]
+    evaluation = {"spanuq": m["spanuq"]}
+    baselines = {"methods": (card["baselines"] or {}).get("methods", {}),
+                 "detectors": (card["baselines"] or {}).get("detectors", {})}
+    rows = method_rows(evaluation, baselines)
+    split_line = "; ".join(f"{k} {v['labelled_answers']} labelled answers ({v['spans']} spans) of {v['answers']}"
+                           for k, v in sorted(sp.items()))
+    lines = [
+        f"# SpanUQ probe for {card['backbone']} (shipped)", "",
+        f"- Date {card['date']}, commit `{card['commit']}`, preset `{card['preset']}`; fused layers {card['layers']}.",
+        f"- Weights `model.safetensors`: {w['bytes']:,} bytes, {w['n_parameters']:,} parameters, "
+        f"sha256 `{w['sha256']}`.",
+        f"- Data: {card['data']['prompts']['n_prompts']} {card['data']['prompts']['source']} prompts; {split_line}.",
+        f"- Teacher: {lab['method']} labels from S = {g['n_samples']} samples at T = {g['temperature']} "
+        f"(top-p {g['top_p']}, {g['sample_max_new_tokens']} new tokens), alignment {lab['alignment']}.",
+        f"- Calibration (fitted on dev): temperature {c['temperature']:.3f}, validity threshold "
+        f"{c['validity_threshold']:.3f}, duplicate IoU {c['dup_iou']}.",
+        f"- Test split: {m['n_responses']} answers, {m['n_spans']} labelled spans; every figure below is over every "
+        "labelled test span of that run, the baselines on the same spans in the same run "
+        "(`test_split.jsonl` holds the answers; tests/test_shipped_probe.py re-evaluates them).", "",
+        table_markdown(span_table(rows)), table_markdown(sequence_table(rows)),
+        table_markdown(detection_table(evaluation, baselines)),
+    ]
+    if card["mushroom"]:
+        lines.append(table_markdown(mushroom_table(card["mushroom"]["record"])))
+    else:
+        lines.append("Mu-SHROOM: not measured for this probe (`spanuq bench mushroom`, docs/bench.md).\n")
+    lines.append("Re-ship after re-training (e.g. when the teacher changes): "
+                 "`python scripts/ship_probe.py --run <data dir> [--bench <mushroom-test.json>]`.\n")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from spanuq.config import load_config
+    from spanuq.pipeline.files import atomic_write_text, read_json, write_json, write_jsonl
+    from spanuq.pipeline.paths import StagePaths
+    from spanuq.score.shipped import CARD, PROBES, TEST_SPLIT
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", required=True, help="the data dir of a finished pipeline run (its paths.data)")
+    ap.add_argument("--bench", default=None, help="`spanuq bench mushroom --split test` result JSON of this probe")
+    ap.add_argument("-p", "--params", default="params.yaml")
+    ap.add_argument("--preset", default=None)
+    ap.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--out", default=str(PROBES), help="where the probe folders go (default: spanuq/probes)")
+    args = ap.parse_args(argv)
+
+    cfg = load_config(args.params if Path(args.params).exists() else None,
+                      [*args.override, f"paths.data={args.run}"], args.preset)
+    paths = StagePaths.from_config(cfg)
+    probe = paths.probe
+    for need in (probe / "config.json", probe / "model.safetensors", paths.metrics, paths.labels, paths.generations):
+        if not need.exists():
+            raise SystemExit(f"ship_probe: {need} is missing: finish the run (train, evaluate) first")
+    backbone = (read_json(probe / "config.json").get("extra") or {}).get("backbone") or cfg.backbone.name
+    if backbone != cfg.backbone.name:
+        raise SystemExit(f"ship_probe: the probe reads {backbone}, the config names {cfg.backbone.name}")
+    bench = None
+    if args.bench:
+        from spanuq.pipeline.files import sha256_file
+
+        bench = read_json(args.bench)
+        if bench["probe"]["sha256"] != sha256_file(probe / "model.safetensors"):
+            raise SystemExit(f"ship_probe: {args.bench} scored another probe (sha256 {bench['probe']['sha256'][:12]})")
+    rows = test_rows(paths)
+    card = build_card(cfg, paths, probe, bench, len(rows))
+    out = Path(args.out) / backbone
+    tmp = out.with_name(out.name + ".new")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in ("model.safetensors", "config.json"):
+        shutil.copy2(probe / name, tmp / name)
+    write_jsonl(tmp / TEST_SPLIT, rows)
+    write_json(tmp / CARD, card)
+    atomic_write_text(tmp / "MODEL_CARD.md", render(card))
+    shutil.rmtree(out, ignore_errors=True)  # the folder is replaced as a whole
+    tmp.rename(out)
+    h = card["metrics"]["headline"]
+    print(f"ship_probe: {out}: sha256 {card['weights']['sha256'][:12]}, test AUROC {h['auroc']} over "
+          f"{h['n_spans']} spans ({h['negatives']} negatives), {len(rows)} test answers stored", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
