@@ -120,6 +120,7 @@ def test_load_from_an_mlflow_model_uri(probe_dir, make_cfg):
     from spanuq.pipeline import tracking
     from spanuq.score.registry import log_probe
     from spanuq.score.scorer import resolve_checkpoint
+    from spanuq.score.shipped import shipped_dir
 
     cfg = make_cfg()
     with tracking.start_run(cfg, "probe"):
@@ -128,5 +129,7 @@ def test_load_from_an_mlflow_model_uri(probe_dir, make_cfg):
     assert json.loads((local / "config.json").read_text()) == json.loads((probe_dir / "config.json").read_text())
     a, b = load_file(str(local / "model.safetensors")), load_file(str(probe_dir / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    with pytest.raises(FileNotFoundError, match="make repro"):
-        resolve_checkpoint(None, cfg)
+    # no probe trained under cfg's data/: the shipped one; a backbone with neither is a clear error
+    assert resolve_checkpoint(None, cfg) == resolve_checkpoint("shipped", cfg) == shipped_dir("smollm2-135m")
+    with pytest.raises(FileNotFoundError, match="no shipped probe for backbone 'qwen3-14b'.*make repro"):
+        resolve_checkpoint(None, make_cfg("backbone.name=qwen3-14b"))

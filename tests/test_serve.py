@@ -45,7 +45,9 @@ def test_score_answers_with_the_api_result_and_the_docs_are_served(service, scor
     direct = scorer.score("What is the capital of Australia?", response=ANSWER)
     assert [(s["start"], s["end"]) for s in got["spans"]] == [(s.start, s.end) for s in direct.spans]
     assert [s["u"] for s in got["spans"]] == pytest.approx([s.u for s in direct.spans], abs=1e-4)
-    assert httpx.get(f"{service}/health").json()["backbone"] == "smollm2-135m"
+    health = httpx.get(f"{service}/health").json()
+    assert health["backbone"] == "smollm2-135m" and health["probe"] == scorer.probe_source
+    assert scorer.probe_source.startswith(f"probe {scorer.checkpoint}, sha256 ")  # a probe trained here, named
     assert "/score" in httpx.get(f"{service}/openapi.json").json()["paths"]
     assert httpx.get(f"{service}/docs").status_code == 200
 
