@@ -222,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     write_jsonl(tmp / TEST_SPLIT, rows)
     write_json(tmp / CARD, card)
     atomic_write_text(tmp / "MODEL_CARD.md", render(card))
+    for f in tmp.iterdir():
+        f.chmod(0o644)  # package data: readable by whoever installs it (the run's files may be 0600)
     shutil.rmtree(out, ignore_errors=True)  # the folder is replaced as a whole
     tmp.rename(out)
     h = card["metrics"]["headline"]

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_bench(args, cfg)
         elif args.cmd == "registry":
-            from .score.registry import import_shipped
+            from .score.shipped import import_shipped
 
             print(json.dumps(import_shipped(cfg), indent=2))
         elif args.cmd in ("score", "serve"):

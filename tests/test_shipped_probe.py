@@ -108,7 +108,7 @@ def test_the_registry_imports_the_shipped_probe_as_a_version_that_scores_like_it
     from spanuq.llm.states import FeatureItem
     from spanuq.model.postprocess import predict
     from spanuq.pipeline import tracking
-    from spanuq.score.registry import import_shipped
+    from spanuq.score.shipped import import_shipped
     from spanuq.score.shipped import test_examples
 
     cfg = make_cfg("mlflow.experiment=test-shipped")

@@ -5,8 +5,8 @@ pyfunc model (``mlflow_model.py`` + the safetensors folder, nothing pickled), re
 as ``spanuq-<backbone>`` and moves the alias ``champion`` to the new version only if its dev
 AUROC beats the current champion's (`promote_if_better`).  The train stage and the sweep
 call it; ``SpanUQ.load("models:/spanuq-<backbone>@champion")`` reads it back.
-``import_shipped(cfg)`` (``spanuq registry import-shipped``) registers the probe shipped in the
-package (`spanuq.score.shipped`) the same way.
+``spanuq.score.shipped.import_shipped(cfg)`` (``spanuq registry import-shipped``) registers the
+probe shipped in the package the same way.
 """
 from __future__ import annotations
 
@@ -96,31 +96,3 @@ def log_probe(probe_dir: str | Path, cfg: Config, dev_auroc: float | None) -> di
     return {"registered_model": name, "model_version": int(mv.version), "promoted": promoted,
             "champion_version": champ, "champion_dev_auroc": champ_auroc}
 
-
-SOURCE_TAG = "source"
-SHA256_TAG = "sha256"
-
-
-def import_shipped(cfg: Config) -> dict[str, Any]:
-    """Log the probe shipped for ``cfg``'s backbone as a new version of ``spanuq-<backbone>``,
-    tagged ``source=shipped`` and with its weights' sha256; it becomes champion by the usual rule
-    (its dev AUROC, from its checkpoint, beats the current champion's)."""
-    from mlflow import MlflowClient
-
-    from ..model.checkpoint import load_checkpoint
-    from ..pipeline import tracking
-    from .shipped import read_card, shipped_dir
-
-    path = shipped_dir(cfg.backbone.name)
-    card = read_card(path) or {}
-    sha = (card.get("weights") or {}).get("sha256")
-    dev_auroc = load_checkpoint(path).extra.get("dev_auroc")
-    with tracking.start_run(cfg, run_name=f"shipped-{cfg.backbone.name}", tags={"stage": "shipped"}):
-        headline = (card.get("metrics") or {}).get("headline") or {}
-        tracking.log_metrics({f"test.{k}": v for k, v in headline.items()})
-        info = log_probe(path, cfg, dev_auroc)
-    client = MlflowClient()
-    client.set_model_version_tag(info["registered_model"], str(info["model_version"]), SOURCE_TAG, "shipped")
-    if sha:
-        client.set_model_version_tag(info["registered_model"], str(info["model_version"]), SHA256_TAG, sha)
-    return {**info, "sha256": sha, "date": card.get("date")}

@@ -11,7 +11,8 @@
 
 `scripts/ship_probe.py --run <data dir>` writes the folder from a finished pipeline run;
 `SpanUQ.load()` uses it when no probe was trained here (``data/<backbone>/probe``), and
-``SpanUQ.load("shipped")`` asks for it by name.
+``SpanUQ.load("shipped")`` asks for it by name; `import_shipped` (``spanuq registry import-shipped``)
+registers it in MLflow as a version of ``spanuq-<backbone>``.
 """
 from __future__ import annotations
 
@@ -84,3 +85,32 @@ def test_examples(path: Path, model, tokenizer, layers: list[int], dtype: str, b
                                        list(r["token_ids"]), spans, u, r["u_seq"], r["response"],
                                        {"unplaced": r.get("unplaced", 0)}))
     return out
+
+
+SOURCE_TAG = "source"
+SHA256_TAG = "sha256"
+
+
+def import_shipped(cfg) -> dict:
+    """Log the probe shipped for ``cfg``'s backbone as a new version of ``spanuq-<backbone>``,
+    tagged ``source=shipped`` and with its weights' sha256; it becomes champion by the usual rule
+    (its dev AUROC, from its checkpoint, beats the current champion's)."""
+    from mlflow import MlflowClient
+
+    from ..model.checkpoint import load_checkpoint
+    from ..pipeline import tracking
+    from .registry import log_probe
+
+    path = shipped_dir(cfg.backbone.name)
+    card = read_card(path) or {}
+    sha = (card.get("weights") or {}).get("sha256")
+    dev_auroc = load_checkpoint(path).extra.get("dev_auroc")
+    with tracking.start_run(cfg, run_name=f"shipped-{cfg.backbone.name}", tags={"stage": "shipped"}):
+        headline = (card.get("metrics") or {}).get("headline") or {}
+        tracking.log_metrics({f"test.{k}": v for k, v in headline.items()})
+        info = log_probe(path, cfg, dev_auroc)
+    client = MlflowClient()
+    client.set_model_version_tag(info["registered_model"], str(info["model_version"]), SOURCE_TAG, "shipped")
+    if sha:
+        client.set_model_version_tag(info["registered_model"], str(info["model_version"]), SHA256_TAG, sha)
+    return {**info, "sha256": sha, "date": card.get("date")}
