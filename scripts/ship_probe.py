@@ -24,21 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=REPO)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
 
 def test_rows(paths) -> list[dict]:
     """The labelled test answers the evaluate stage scores (`load_examples`: status ok, split test),
@@ -91,6 +79,7 @@ def headline(row: dict) -> dict:
 
 
 def build_card(cfg, paths, probe_dir: Path, bench: dict | None, n_test: int) -> dict:
+    from spanuq.bench.run import commit
     from spanuq.pipeline.files import read_json, sha256_file
 
     metrics = read_json(paths.metrics)
@@ -107,7 +96,7 @@ def build_card(cfg, paths, probe_dir: Path, bench: dict | None, n_test: int) -> 
         "backbone": cfg.backbone.name,
         "layers": ckpt["extra"].get("layers"),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "commit": git_commit(),
+        "commit": commit(),  # of the code that shipped it (the run's own commit is in its MLflow runs)
         "preset": cfg.preset,
         "weights": {"file": "model.safetensors", "sha256": sha256_file(probe_dir / "model.safetensors"),
                     "bytes": (probe_dir / "model.safetensors").stat().st_size,

@@ -131,7 +131,8 @@ def run_mushroom(cfg: Config, split: str, probe: str | None = None, data: list[s
         refs = [x.reference() for x in items]
         results, skipped = score_items(uq, items, progress)
         methods = build_methods(uq, items, results, cfg, seed, progress)
-        probe_info = {"path": str(uq.checkpoint), "sha256": probe_sha, "backbone": uq.backbone_name,
+        probe_info = {"path": str(uq.checkpoint), "source": uq.probe_source, "sha256": probe_sha,
+                      "backbone": uq.backbone_name,
                       "stored_validity_threshold": uq.fitted.validity_threshold,
                       "dev_auroc": uq.extra.get("dev_auroc")}
     if split == "val":
