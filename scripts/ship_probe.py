@@ -198,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         from spanuq.pipeline.files import sha256_file
 
         bench = read_json(args.bench)
+        if bench.get("split") != "test":
+            raise SystemExit(f"ship_probe: {args.bench} is the {bench.get('split')} split; the card shows the test "
+                             "split (`spanuq bench mushroom --split test`, settings chosen on val)")
         if bench["probe"]["sha256"] != sha256_file(probe / "model.safetensors"):
             raise SystemExit(f"ship_probe: {args.bench} scored another probe (sha256 {bench['probe']['sha256'][:12]})")
     rows = test_rows(paths)
