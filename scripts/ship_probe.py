@@ -50,6 +50,25 @@ def test_rows(paths) -> list[dict]:
     return rows
 
 
+def check_config(cfg, paths) -> dict:
+    """The run's decoding, as its generations recorded it; a config that disagrees with the run
+    (not the -p/--preset/-o it was made with) stops the script, so the card cannot misstate the teacher."""
+    from spanuq.pipeline.files import iter_jsonl
+
+    decoding = next(iter_jsonl(paths.generations))["decoding"]
+    n_prompts = sum(1 for _ in iter_jsonl(paths.prompts))
+    said = {"n_samples": cfg.generate.n_samples, "temperature": cfg.generate.temperature, "top_p": cfg.generate.top_p,
+            "max_new_tokens": cfg.generate.max_new_tokens}
+    wrong = {k: (v, decoding.get(k)) for k, v in said.items() if decoding.get(k) != v}
+    if n_prompts != cfg.prompts.n_prompts:
+        wrong["prompts.n_prompts"] = (cfg.prompts.n_prompts, n_prompts)
+    if wrong:
+        raise SystemExit("ship_probe: the config is not the run's (config, run): "
+                         + ", ".join(f"{k} {a} vs {b}" for k, (a, b) in wrong.items())
+                         + "; pass the -p/--preset/-o the run was made with")
+    return decoding
+
+
 def split_sizes(paths) -> dict:
     """Labelled answers and spans per split (what train / dev / test rest on)."""
     from spanuq.pipeline.files import read_records
@@ -105,6 +124,7 @@ def build_card(cfg, paths, probe_dir: Path, bench: dict | None, n_test: int) -> 
         "data": {"prompts": cfg.prompts.model_dump(mode="json"), "splits": split_sizes(paths),
                  "test_split_file": "test_split.jsonl"},
         "teacher": {"generate": cfg.generate.model_dump(mode="json", exclude={"api_key_env", "server_url"}),
+                    "decoding_recorded": check_config(cfg, paths),
                     "label": cfg.label.model_dump(mode="json"),
                     "label_report": label_report},
         "probe": cfg.probe.model_dump(mode="json"),
