@@ -277,3 +277,21 @@ def test_two_launched_llama_cpp_servers_share_the_prompts(make_cfg, tmp_path):
                             progress=False)
     assert [g.greedy.text for g in gens2] == [g.greedy.text for g in gens1]
     assert all(len(g.samples) == 2 for g in gens2)
+
+
+@pytest.mark.server
+def test_backend_server_does_not_switch_silently_when_llama_cpp_cannot_run(make_cfg, tmp_path, monkeypatch):
+    """The pipeline's default `server` fails where the server cannot run, with the crash and the way out."""
+    import os
+
+    import spanuq.llm.loading
+    from spanuq.llm.llamacpp import ServerCrashed
+
+    cfg = make_cfg("generate.backend=server", "generate.launch_server=true", "generate.n_samples=1",
+                   "generate.max_new_tokens=8", "generate.server_processes=1", f"paths.cache={tmp_path / 'cache'}")
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + os.urandom(256))
+    monkeypatch.setattr(spanuq.llm.loading, "gguf_path", lambda preset: broken)
+    with pytest.raises(ServerCrashed, match=r"(?s)exited with status.*generate\.backend=auto falls back"):
+        generate_all(cfg, PROMPTS[:1], cache_dir=tmp_path / "gen", progress=False)
+    assert not list((tmp_path / "gen").glob("**/*.json"))  # nothing cached from the failure

@@ -96,7 +96,7 @@ def test_dvc_repro_runs_the_six_stages_end_to_end_and_reruns_only_what_a_param_t
     assert "spanuq " in out.stdout and "token_entropy" in out.stdout  # the test-split table is printed
     root = repo / "data/smollm2-135m"
     metrics = json.loads((root / "metrics.json").read_text())
-    assert metrics["n_responses"] >= 1 and {"spanuq", "token_entropy", "mlp_probe"} <= metrics.keys()
+    assert metrics["n_responses"] >= 1 and "spanuq" in metrics  # the floors are the baselines stage's (below)
     assert (root / "probe/model.safetensors").exists() and (root / "plots/eval/examples.png").exists()
     assert json.loads((root / "train_report.json").read_text())["registered_model"] == "spanuq-smollm2-135m"
     base = json.loads((root / "baselines/metrics.json").read_text())

@@ -143,7 +143,8 @@ def _managed_server(cfg: Config, fall_back: bool):
                 servers.append(srv)
         except (ServerCrashed, RuntimeError, TimeoutError) as e:
             if not fall_back:
-                raise
+                raise type(e)(f"{e}\n(generate.backend=auto falls back to transformers where the llama.cpp server "
+                              "cannot run; generate.backend=hf uses transformers always)") from e
             log.warning("generate.backend=auto: the llama.cpp server cannot run on this machine (%s); "
                         "generating with transformers (hf) instead", str(e).splitlines()[0])
             stack.close()
