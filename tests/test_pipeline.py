@@ -100,7 +100,7 @@ def test_dvc_repro_runs_the_six_stages_end_to_end_and_reruns_only_what_a_param_t
     assert (root / "probe/model.safetensors").exists() and (root / "plots/eval/examples.png").exists()
     assert json.loads((root / "train_report.json").read_text())["registered_model"] == "spanuq-smollm2-135m"
     base = json.loads((root / "baselines/metrics.json").read_text())
-    assert set(base["methods"]) == {"token_entropy", "mlp_probe", "verbalized", "p_true", "selfcheck_nli",
+    assert set(base["methods"]) == {"surface_prior", "token_entropy", "mlp_probe", "verbalized", "p_true", "selfcheck_nli",
                                     "semantic_entropy", "eigenscore", "kle", "self_verify"}
     assert all("span" in r or "unavailable" in r for r in base["methods"].values())
     assert base["cost"]["spanuq"]["seconds_per_answer"] > 0 and (root / "report/index.html").exists()

@@ -1,5 +1,4 @@
 """SpanUQProbe: shapes, ranges, ablations, overfitting a tiny set, checkpoints."""
-import time
 
 import pytest
 import torch
@@ -129,7 +128,6 @@ def test_overfits_eight_examples():
     # lr 3e-3: at 1e-3 the span regression sits on a plateau (L1 ~0.19) for 450 to 1,300+ steps depending on
     # the CPU's float kernels (AVX2 vs AVX-512 orderings); at 3e-3 it leaves it in 420-490 steps on every seed tried
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    t0 = time.process_time()  # CPU seconds (robust to a busy machine); 2 threads -> 120 s CPU ~ 60 s wall
     for step in range(1200):
         loss, log = criterion(forward(model, batch), batch.targets, phase="warmup")
         opt.zero_grad()
@@ -138,7 +136,6 @@ def test_overfits_eight_examples():
         if log["loss_l1"] < 0.01 and log["loss_giou"] < 0.05 and log["loss_val"] < 0.02:
             break
     assert log["loss_l1"] < 0.01 and log["loss_giou"] < 0.05 and log["loss_val"] < 0.02, (step, log)
-    assert time.process_time() - t0 < 120
     preds = predict(model, examples, Calibration(dup_iou=1.0))
     assert span_recall(examples, preds, iou=0.5) == 1.0
     for e, p in zip(examples, preds):

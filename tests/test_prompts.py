@@ -198,7 +198,7 @@ def test_a_short_domain_is_filled_from_the_others(bundled):
 
 # ------------------------------------------------------------------ the stage
 def test_run_prompts_writes_prompts_and_a_report(make_cfg):
-    cfg = make_cfg("prompts.n_prompts=120", "prompts.seed=3")
+    cfg = make_cfg("prompts.n_prompts=120", "prompts.seed=3", "prompts.split_fractions={train: 0.6, dev: 0.15, test: 0.25}")
     out = run_prompts(cfg, progress=False)
     assert out == Path(cfg.paths.data) / "prompts.jsonl"
     prompts = read_records(out, Prompt)
