@@ -5,7 +5,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export MLFLOW_DISABLE_TELEMETRY ?= true
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup repro test test-all bench
+.PHONY: setup repro test test-all bench ship-probe
 setup:
 	bash scripts/setup.sh
 
@@ -28,3 +28,6 @@ bench: setup
 	python benchmarks/bench_probe.py
 	python benchmarks/bench_score.py
 	python benchmarks/bench_serve.py
+
+ship-probe: setup  ## re-train the shipped probe (cpu-full preset) and re-ship it: make ship-probe MUSHROOM=<mu-shroom checkout>
+	bash scripts/retrain_shipped_probe.sh $(MUSHROOM)
