@@ -52,11 +52,8 @@ def test_the_weights_are_the_ones_the_card_names():
     assert f"sha256 `{CARD['weights']['sha256']}`" in (SHIPPED / "MODEL_CARD.md").read_text()
 
 
-# re-extracting the states costs ~1-4 s an answer on 2 busy cores (9 answers: 35 s): a real shipped test split is slow
-_SLOW_IF_LARGE = pytest.mark.slow if CARD["metrics"]["n_responses"] > 15 else (lambda f: f)
 
 
-@_SLOW_IF_LARGE
 def test_the_card_matches_a_re_evaluation_on_its_stored_test_split(uq):
     """Re-extract the stored test answers' states with the backbone, score them with the
     evaluate stage's code over every labelled span, and find the card's figures."""
