@@ -220,11 +220,11 @@ def test_split_sizes_are_honoured_exactly(make_cfg):
     assert Counter(p.split for p in prompts) == {"train": 150, "dev": 10, "test": 40}
 
 
-def test_cpu_full_draws_840_training_answers_from_the_bundled_set(make_cfg, bundled):
+def test_cpu_full_draws_every_bundled_prompt_over_1000_training_answers(make_cfg, bundled):
     cfg = make_cfg("preset=cpu-full")
     prompts = read_records(run_prompts(cfg, progress=False), Prompt)
-    assert len(prompts) == 1200 <= len(bundled)
-    assert sum(p.split == "train" for p in prompts) == 840 and sum(p.split == "test" for p in prompts) == 240
+    assert len(prompts) == 1499 == len(bundled)
+    assert sum(p.split == "train" for p in prompts) == 1079 and sum(p.split == "test" for p in prompts) == 270
     assert len({p.domain for p in prompts}) == len({p.domain for p in bundled})  # every domain style
 
 
