@@ -17,6 +17,7 @@ _PUBLIC = {  # name -> "module:attribute"
     "GenerationError": "spanuq.score.scorer:GenerationError",
     "ScoreRequest": "spanuq.score.schema:ScoreRequest",
     "ScoreResult": "spanuq.score.schema:ScoreResult",
+    "StreamUpdate": "spanuq.score.schema:StreamUpdate",
     "ScoredSpan": "spanuq.score.schema:ScoredSpan",
     "Timings": "spanuq.score.schema:Timings",
 }

@@ -74,6 +74,17 @@ class ServerGenerator:
             return list(ex.map(lambda p, c: self._complete(p, 1, 0.0, self.cfg.seed, c)[0],
                                prompts, self._clients(len(prompts))))
 
+    def greedy_stream(self, prompt: str, max_new_tokens: int | None = None):
+        """The greedy answer as it is generated: yields ``(text delta, finish_reason or None)``
+        (the server's ``stream: true``); closing the generator stops the generation."""
+        payload = {"model": self.model, "prompt": prompt, "max_tokens": max_new_tokens or self.cfg.max_new_tokens,
+                   "temperature": 0.0, "n": 1, "seed": self.cfg.seed}
+        if self.cfg.stop:
+            payload["stop"] = list(self.cfg.stop)
+        for event in self.client.stream("completions", payload):
+            for c in event.get("choices", [])[:1]:
+                yield c.get("text", ""), c.get("finish_reason")
+
     def sample(self, prompts: list[str], n: int, seeds: list[int]) -> list[list[Completion]]:
         with ThreadPoolExecutor(self.concurrency) as ex:
             return list(ex.map(lambda p, s, c: self._samples(p, n, s, c), prompts, seeds, self._clients(len(prompts))))

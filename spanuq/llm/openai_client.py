@@ -6,6 +6,7 @@ which is read from the environment variable named in params and never logged.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -138,3 +139,30 @@ class OpenAIClient:
             return data
         self.stats.failures += 1
         raise EndpointError(f"{url}: gave up after {self.max_retries + 1} attempts (last: {last})", transient=True)
+
+    def stream(self, path: str, payload: dict[str, Any]):
+        """POST with ``"stream": true``: yields each Server-Sent Event's JSON object as it arrives,
+        until ``data: [DONE]``.  No retries (tokens already yielded cannot be taken back); closing
+        the generator closes the connection, which stops the server's generation."""
+        url = f"{self.base_url}/{path.lstrip('/')}"
+        self.stats.calls += 1
+        try:
+            with self._http.stream("POST", url, json={**payload, "stream": True}) as r:
+                if r.status_code >= 400:
+                    self.stats.failures += 1
+                    raise EndpointError(f"{url} answered HTTP {r.status_code}: {r.read()[:300]!r}",
+                                        transient=r.status_code in RETRYABLE_STATUS)
+                for line in r.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        return
+                    event = json.loads(data)
+                    self.stats.add_usage(event.get("usage"))
+                    yield event
+        except httpx.TransportError as e:
+            if self.liveness:
+                self.liveness()
+            self.stats.failures += 1
+            raise EndpointUnreachable(f"{url}: the stream broke ({type(e).__name__})") from None

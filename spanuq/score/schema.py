@@ -63,6 +63,20 @@ class ScoreResult(_Strict):
     timings: Timings
 
 
+class StreamUpdate(_Strict):
+    """One update of `SpanUQ.score_stream` (``POST /score/stream``'s SSE events, ``spanuq score --stream``):
+    the answer so far scored as `score()` scores an answer; the last one has ``done`` true and its
+    ``result`` is what ``score(prompt, response=result.answer)`` returns (up to float rounding)."""
+
+    seq: int = Field(ge=0, description="0, 1, 2, ... in the order the updates were made")
+    done: bool = Field(description="the answer is complete (the last update)")
+    n_generated: int = Field(ge=0, description="tokens generated so far")
+    elapsed_s: float = Field(description="seconds since the stream started")
+    update_s: float = Field(description="seconds this re-score took (tokenising, the probe, post-processing)")
+    tokens_per_s: float = Field(description="generated tokens per second so far, scoring included")
+    result: ScoreResult = Field(description="the answer so far with its spans and û")
+
+
 class ScoreRequest(_Strict):
     """``POST /score`` body and one row of ``spanuq score --file``."""
 

@@ -21,17 +21,17 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import torch
 from tqdm.auto import tqdm
 
 from ..config import Config, load_config
 from ..llm.loading import token_offsets
-from ..llm.states import extract_batch, generate_with_states
+from ..llm.states import FeatureItem, extract_batch, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
 from ..model.postprocess import Answer, Prediction, predict
-from .schema import ScoredSpan, ScoreRequest, ScoreResult, Timings
+from .schema import ScoredSpan, ScoreRequest, ScoreResult, StreamUpdate, Timings
 from .shipped import SHIPPED, describe, shipped_dir
 
 log = logging.getLogger(__name__)
@@ -243,13 +243,16 @@ class SpanUQ:
         return out
 
     def score_many(self, items: Iterable[ScoreRequest | dict | str], progress: bool = True,
-                   return_errors: bool = False) -> list[ScoreResult | InputError | GenerationError]:
+                   return_errors: bool = False, states: list[FeatureItem | None] | None = None
+                   ) -> list[ScoreResult | InputError | GenerationError]:
         """Score several items (prompt strings, ``{"prompt", "response"?}`` dicts or `ScoreRequest`s):
         answers are generated one by one, teacher-forced passes run in batches of
         ``score.batch_size``, the probe over all at once.  With ``return_errors`` an item
         that cannot be scored gives its `InputError` (or `GenerationError`) in its place;
         otherwise the first raises.
-        A batch's pass time is shared evenly by its items in their timings."""
+        A batch's pass time is shared evenly by its items in their timings.  ``states``: per item,
+        its answer's states when already captured (`score_stream`), used when their tokens are
+        the answer's canonical tokens, so no teacher-forced pass runs for it."""
         reqs = [ScoreRequest(prompt=x) if isinstance(x, str) else ScoreRequest.model_validate(x) for x in items]
         n = len(reqs)
         results: list = [None] * n
@@ -283,6 +286,8 @@ class SpanUQ:
                     answer = r.response
                 ids, offsets = token_offsets(self.tok, answer)  # the answer's one tokenisation
                 self._check_context(n_prompt, len(ids), "the response")
+                if states is not None and states[i] is not None and states[i].token_ids.tolist() == ids:
+                    st["item"] = states[i]
                 st.update(answer=answer, ids=ids, offsets=offsets)
                 state[i] = st
             except (InputError, GenerationError) as e:
@@ -314,6 +319,16 @@ class SpanUQ:
                 if isinstance(r, Exception):
                     raise r
         return results
+
+    def score_stream(self, prompt: str, *, every: int = 8, at_clauses: bool = True, generator: str | None = None,
+                     cancel=None) -> Iterator[StreamUpdate]:
+        """Score the backbone's answer while it is generated: yields a `StreamUpdate` every ``every``
+        tokens and at each clause end, the last one (``done``) equal to ``score(prompt, response=answer)``.
+        ``generator``: ``hf`` or ``llamacpp`` (default: as `score`); ``cancel``: a `threading.Event`
+        that stops the generation (`spanuq.score.stream`)."""
+        from .stream import score_stream
+
+        return score_stream(self, prompt, every=every, at_clauses=at_clauses, generator=generator, cancel=cancel)
 
     @staticmethod
     def _answer(st: dict) -> Answer | None:

@@ -1,0 +1,112 @@
+"""Hidden states captured while an answer grows: a KV-cached pass that only ever reads new tokens.
+
+`StateCapture` holds the backbone's KV cache for [prompt; answer so far] and, for every
+answer token it has read, the probe's two inputs (`llm/states.py`):
+
+* fused state H̄_t (paper Eq. 1) at y_t's position, computed when y_t is fed;
+* entropy e_t of the distribution y_t was decoded from: the logits at the position before
+  y_t (the prompt's last position for y_1), kept from the previous feed.
+
+These are the quantities of one teacher-forced pass over [x; y] (`extract_batch`), computed
+a few tokens at a time.  Two ways to grow the answer use it:
+
+* ``greedy(max_new_tokens, eos)``: greedy decoding on the cache; each step feeds the token
+  just chosen, which gives its state and the logits that choose the next one, so
+  generating the answer and capturing its states are the same forward passes;
+* ``sync(ids)``: the answer's tokens are now ``ids`` (text arriving from a server, or the
+  canonical re-tokenisation of a generated answer): the cache is cropped back to the first
+  token that differs and only the tokens after it are fed (teacher-forced).
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterator, Sequence
+
+import torch
+
+from .states import FeatureItem, fuse_layers, token_entropy
+
+
+class StateCapture:
+    """``cap = StateCapture(model, prompt_ids, layers)``, then ``cap.greedy(...)`` or ``cap.sync(ids)``;
+    ``cap.item(n)`` is the `FeatureItem` of the first ``n`` answer tokens."""
+
+    def __init__(self, model, prompt_ids: Sequence[int], layers: Sequence[int], out_dtype=torch.float16):
+        from transformers import DynamicCache
+
+        self.model, self.layers, self.out_dtype = model, list(layers), out_dtype
+        self.device = next(model.parameters()).device
+        self.P = len(prompt_ids)
+        self.cache = DynamicCache(config=model.config)
+        self.ids: list[int] = []  # answer tokens fed so far
+        self.h: list[torch.Tensor] = []  # (d,) fused state per answer token
+        self.ent: list[torch.Tensor] = []  # () entropy per answer token
+        self.forwards, self.seconds = 0, 0.0  # forward passes on the answer's tokens and their time
+        with torch.inference_mode():
+            out = self._forward(list(prompt_ids))
+        self.forwards, self.seconds = 0, 0.0  # the prompt's pass is counted apart
+        self._prompt_logits = out.logits[0, -1].float()  # the distribution y_1 is decoded from
+        self.next_logits = self._prompt_logits  # the distribution of the token after the last one fed
+
+    def _forward(self, ids: list[int]):
+        t0 = time.perf_counter()
+        out = self.model(input_ids=torch.tensor([ids], device=self.device), past_key_values=self.cache,
+                         use_cache=True, output_hidden_states=True)
+        self.forwards += 1
+        self.seconds += time.perf_counter() - t0
+        return out
+
+    @torch.inference_mode()
+    def feed(self, ids: Sequence[int]) -> None:
+        """Append answer tokens ``ids`` (one forward pass over them on the cache)."""
+        ids = list(ids)
+        if not ids:
+            return
+        out = self._forward(ids)
+        fused = fuse_layers(out.hidden_states, self.layers)[0]  # (len(ids), d)
+        logits = out.logits[0].float()  # row j predicts the token after ids[j]
+        before = torch.cat([self.next_logits[None], logits[:-1]])  # row j: the distribution ids[j] came from
+        self.h.extend(fused.to(self.out_dtype))
+        self.ent.extend(token_entropy(before))
+        self.ids.extend(ids)
+        self.next_logits = logits[-1]
+
+    def crop(self, n: int) -> None:
+        """Forget answer tokens from the ``n``-th on (the cache keeps the prompt and the first ``n``)."""
+        if n >= len(self.ids):
+            return
+        self.cache.crop(n - len(self.ids))  # a negative count: tokens to remove
+        del self.ids[n:], self.h[n:], self.ent[n:]
+        if n == 0:
+            self.next_logits = self._prompt_logits
+        else:  # the logits after token n-1 were not kept: one token re-fed gives them
+            last = self.ids[-1]
+            self.crop(n - 1)
+            self.feed([last])
+
+    def sync(self, ids: Sequence[int]) -> int:
+        """Make the answer's tokens ``ids``: keep the common prefix, feed the rest; returns how many were fed."""
+        ids = list(ids)
+        k = 0
+        while k < min(len(ids), len(self.ids)) and ids[k] == self.ids[k]:
+            k += 1
+        self.crop(k)
+        self.feed(ids[k:])
+        return len(ids) - k
+
+    def greedy(self, max_new_tokens: int, eos: int | set[int] | None) -> Iterator[int]:
+        """Greedy decoding on the cache: yields each token once its state is captured; stops at
+        EOS (not fed, not yielded) or after ``max_new_tokens`` tokens."""
+        stop = set() if eos is None else ({eos} if isinstance(eos, int) else set(eos))
+        for _ in range(max_new_tokens):
+            nxt = int(self.next_logits.argmax())
+            if nxt in stop:
+                return
+            self.feed([nxt])
+            yield nxt
+
+    def item(self, n: int | None = None) -> FeatureItem:
+        """The probe input of the first ``n`` answer tokens (all of them by default)."""
+        n = len(self.ids) if n is None else n
+        return FeatureItem(torch.stack(self.h[:n]).cpu(), torch.stack(self.ent[:n]).cpu(),
+                           torch.tensor(self.ids[:n], dtype=torch.int32))

@@ -1,0 +1,165 @@
+"""`SpanUQ.score_stream`: spans and û of the answer while the backbone is still generating it.
+
+The hidden states are captured as the answer grows (`spanuq.llm.capture.StateCapture`), so
+there is no second pass over the whole answer:
+
+* ``hf``: greedy decoding on the KV cache; the pass that picks token t+1 is the one that
+  gives token t's state, so generating and capturing are the same forward passes;
+* ``llamacpp`` (any OpenAI-compatible server: llama.cpp here, ``vllm serve`` on a GPU): the
+  server streams text (``stream: true``); each time text arrives it is tokenised the way
+  `score` tokenises an answer and only the new tokens are read, teacher-forced on the cache
+  (the last token is held back: the next text may merge into it; if re-tokenising ever
+  changes earlier tokens, the cache is cropped back to the first change).
+
+Every ``every`` tokens and at each clause end (a token ending in ``. , ; : ! ?`` or a line
+break) the answer so far is scored through `SpanUQ.score_many` with the captured states: the
+same checks, post-processing and record as `score`.  A partial answer is scored on its
+longest prefix whose canonical tokens are the tokens read so far.  The last update scores the
+final answer (stop strings cut, stripped) the same way, so it equals
+``score(prompt, response=answer)``; if the final answer's canonical tokens differ from the
+generated ones, only the tokens from the first difference on are read again.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+from ..llm.capture import StateCapture
+from ..llm.loading import token_offsets
+from .schema import ScoreRequest, ScoreResult, StreamUpdate, Timings
+from .scorer import LLAMACPP_CTX, GenerationError, InputError, SpanUQ
+
+CLAUSE_END = (".", ",", ";", ":", "!", "?", "\n")
+
+
+def cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, bool]:
+    """``text`` up to the first stop string (as the llama.cpp server cuts it) and whether one was found."""
+    cut = min((i for i in (text.find(s) for s in stop or []) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def _hf_text(uq: SpanUQ, cap: StateCapture, max_new: int) -> Iterator[tuple[str, str | None]]:
+    """Greedy transformers decoding on the capture's cache: ``(text so far, None)`` per token,
+    then ``(text, "stop" | "length")``."""
+    stop = uq.cfg.generate.stop
+    text = ""
+    for _ in cap.greedy(max_new, uq.tok.eos_token_id):
+        text = uq.tok.decode(cap.ids, skip_special_tokens=True)
+        if cut_at_stop(text, stop)[1]:
+            yield text, "stop"
+            return
+        yield text, None
+    yield text, "length" if len(cap.ids) >= max_new else "stop"
+
+
+def _server_text(uq: SpanUQ, cap: StateCapture, chat: str, max_new: int) -> Iterator[tuple[str, str | None]]:
+    """Text streamed by the managed OpenAI-compatible server; each arrival's new tokens are read on the cache."""
+    from ..llm.llamacpp import ServerCrashed
+    from ..llm.openai_client import EndpointError, EndpointUnreachable
+
+    if uq._server is not None and not uq._server.alive():
+        uq.close()
+    try:
+        if uq._server is None:
+            uq._start_server()
+        text = ""
+        for delta, finish in uq._client.greedy_stream(chat, max_new):
+            text += delta
+            ids, _ = token_offsets(uq.tok, cut_at_stop(text, uq.cfg.generate.stop)[0].strip())
+            cap.sync(ids[:-1])  # the last token may still grow into a longer one
+            yield text, finish
+            if finish:
+                return
+    except (ServerCrashed, EndpointError, EndpointUnreachable) as e:
+        report = uq._server.crash_report() if uq._server is not None and not uq._server.alive() else None
+        uq.close()
+        raise GenerationError(f"generation failed: {report or e}") from e
+    yield text, "stop"
+
+
+def _scorable(uq: SpanUQ, cap: StateCapture, text: str) -> tuple[str, int]:
+    """The longest prefix of ``text`` whose canonical tokens are the first tokens read: (prefix, its token count)."""
+    ids, offsets = token_offsets(uq.tok, text)
+    n = 0
+    while n < min(len(ids), len(cap.ids)) and ids[n] == cap.ids[n]:
+        n += 1
+    while n:
+        prefix = text[: offsets[n - 1][1]]
+        if token_offsets(uq.tok, prefix)[0] == cap.ids[:n]:
+            return prefix, n
+        n -= 1
+    return "", 0
+
+
+def _score(uq: SpanUQ, prompt: str, answer: str, cap: StateCapture, n: int) -> ScoreResult:
+    out = uq.score_many([ScoreRequest(prompt=prompt, response=answer)], progress=False, return_errors=True,
+                        states=[cap.item(n)])[0]
+    if isinstance(out, Exception):
+        raise out
+    return out
+
+
+def score_stream(uq: SpanUQ, prompt: str, *, every: int = 8, at_clauses: bool = True, generator: str | None = None,
+                 cancel=None) -> Iterator[StreamUpdate]:
+    """See the module docstring; ``cancel`` (a `threading.Event`) stops the generation at the next token."""
+    if every < 1:
+        raise ValueError(f"every={every}: re-score every k >= 1 tokens")
+    uq.check(prompt, None)
+    chat, n_prompt = uq._chat(prompt)
+    max_new = uq.cfg.score.max_new_tokens
+    uq._check_context(n_prompt, max_new, "generation")
+    gen = generator or uq._resolve_generator()
+    if gen not in ("hf", "llamacpp"):
+        raise ValueError(f"generator={gen!r}: hf or llamacpp")
+    if gen == "llamacpp" and n_prompt + max_new > LLAMACPP_CTX:
+        raise InputError(f"the prompt has {n_prompt:,} tokens; with {max_new} new tokens that exceeds the "
+                         f"llama.cpp context of {LLAMACPP_CTX:,}")
+    t0 = time.perf_counter()
+    cap = StateCapture(uq.model, uq.tok(chat, add_special_tokens=False)["input_ids"], uq.layers, uq.out_dtype)
+    source = _hf_text(uq, cap, max_new) if gen == "hf" else _server_text(uq, cap, chat, max_new)
+    seq, scored_n, n_gen, finish, text = 0, 0, 0, None, ""
+    update_total = 0.0
+
+    def update(result: ScoreResult, done: bool, t_start: float) -> StreamUpdate:
+        nonlocal seq, update_total
+        now = time.perf_counter()
+        update_total += now - t_start
+        seq += 1
+        return StreamUpdate(seq=seq - 1, done=done, n_generated=n_gen, elapsed_s=round(now - t0, 4),
+                            update_s=round(now - t_start, 4),
+                            tokens_per_s=round(n_gen / max(now - t0, 1e-9), 2), result=result)
+
+    try:
+        for text, finish in source:
+            if cancel is not None and cancel.is_set():
+                return
+            n_gen = len(cap.ids)
+            if finish:
+                break
+            due = n_gen - scored_n >= every or (at_clauses and n_gen > scored_n and text.endswith(CLAUSE_END))
+            if not due:
+                continue
+            t1 = time.perf_counter()
+            prefix, n = _scorable(uq, cap, cut_at_stop(text, uq.cfg.generate.stop)[0].strip())
+            if n:
+                scored_n = n_gen
+                yield update(_score(uq, prompt, prefix, cap, n), False, t1)
+    finally:
+        source.close()
+    gen_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    answer = cut_at_stop(text, uq.cfg.generate.stop)[0].strip()
+    if not answer:
+        raise InputError(f"{uq.backbone_name} gave an empty answer; nothing to score", 422)
+    ids, _ = token_offsets(uq.tok, answer)
+    read_s = cap.seconds
+    cap.sync(ids)  # only tokens that differ from those read are read again (usually none, or the held-back last)
+    # the backbone's time beyond generation: the server path's whole capture, the hf path's re-read tokens
+    backbone_s = cap.seconds if gen == "llamacpp" else cap.seconds - read_s
+    n_gen = max(n_gen, len(cap.ids))
+    result = _score(uq, prompt, answer, cap, len(ids))
+    result = result.model_copy(update={
+        "answer_source": "generated", "generator": gen, "truncated": finish == "length",
+        "timings": Timings(generate_s=round(gen_s, 4), backbone_s=round(backbone_s, 4), probe_s=result.timings.probe_s,
+                           total_s=round(time.perf_counter() - t0, 4))})
+    yield update(result, True, t1)
