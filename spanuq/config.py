@@ -307,6 +307,10 @@ class ScoreConfig(_Section):
     max_prompt_chars: int = 8_000
     max_response_chars: int = 100_000  # longer answers than the backbone's context are refused by token count
     batch_size: int = 8  # teacher-forced passes per batch in score_many
+    # score_stream (`spanuq score --stream`, POST /score/stream): re-score every k generated tokens and at each
+    # clause end (benchmarks/bench_stream.py measures the cost per update against how soon spans appear)
+    stream_every: int = 8
+    stream_at_clauses: bool = True
     # HTTP service
     host: str = "127.0.0.1"
     port: int = 8000

@@ -320,14 +320,17 @@ class SpanUQ:
                     raise r
         return results
 
-    def score_stream(self, prompt: str, *, every: int = 8, at_clauses: bool = True, generator: str | None = None,
-                     cancel=None) -> Iterator[StreamUpdate]:
+    def score_stream(self, prompt: str, *, every: int | None = None, at_clauses: bool | None = None,
+                     generator: str | None = None, cancel=None) -> Iterator[StreamUpdate]:
         """Score the backbone's answer while it is generated: yields a `StreamUpdate` every ``every``
-        tokens and at each clause end, the last one (``done``) equal to ``score(prompt, response=answer)``.
+        tokens (default ``score.stream_every``) and at each clause end (``score.stream_at_clauses``),
+        the last one (``done``) equal to ``score(prompt, response=answer)``.
         ``generator``: ``hf`` or ``llamacpp`` (default: as `score`); ``cancel``: a `threading.Event`
         that stops the generation (`spanuq.score.stream`)."""
         from .stream import score_stream
 
+        every = self.cfg.score.stream_every if every is None else every
+        at_clauses = self.cfg.score.stream_at_clauses if at_clauses is None else at_clauses
         return score_stream(self, prompt, every=every, at_clauses=at_clauses, generator=generator, cancel=cancel)
 
     @staticmethod

@@ -2,6 +2,7 @@
 
     POST /score          {"prompt": ..., "response"?: ...}  -> ScoreResult (docs/score.schema.json)
     POST /score/batch    {"items": [...]}                    -> {"results": [ScoreResult | {"status", "error"}]}
+    POST /score/stream   {"prompt": ...}                     -> Server-Sent Events: `update` (StreamUpdate) ..., or `error`
     POST /render         ScoreResult                         -> {"html": ...} (spanuq.score.views, for the page)
     GET  /health, GET / (the web page), GET /docs (OpenAPI)
 
@@ -12,6 +13,9 @@ given answers).  Bodies are read and parsed here, so a body too large (413), not
 UTF-8 or not JSON (400), of the wrong shape or past a limit (422 / 413) gets a clear
 error and never reaches the model; a full queue answers 503.  Nothing a client
 sends can stop the worker: an unexpected failure answers 500 for that batch only.
+A stream is one job of that worker (`SpanUQ.score_stream`, spanuq/score/stream.py); when
+its client disconnects, the job's cancel event is set and the generation stops at the next
+token, so a dead client never holds the worker.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
@@ -50,6 +54,7 @@ class ScoringWorker:
         self.uq, self.micro_batch = uq, max(1, micro_batch)
         self.q: queue.Queue = queue.Queue(maxsize=max_queue)
         self.batches = 0
+        self.streams = {"done": 0, "cancelled": 0, "failed": 0}  # how the streams ended
         self._thread = threading.Thread(target=self._run, name="spanuq-worker", daemon=True)
         self._thread.start()
 
@@ -61,12 +66,21 @@ class ScoringWorker:
             raise HTTPError(503, f"the service is busy ({self.q.maxsize} requests waiting); retry later") from None
         return fut
 
+    def submit_stream(self, job: "StreamJob") -> None:
+        try:
+            self.q.put_nowait(job)
+        except queue.Full:
+            raise HTTPError(503, f"the service is busy ({self.q.maxsize} requests waiting); retry later") from None
+
     def _run(self) -> None:
         while True:
             job = self.q.get()
             if job is None:
                 return
-            jobs = [job]
+            if isinstance(job, StreamJob):
+                self.streams[job.run(self.uq)] += 1
+                continue
+            jobs, stream = [job], None
             while len(jobs) < self.micro_batch:
                 try:
                     nxt = self.q.get_nowait()
@@ -75,24 +89,61 @@ class ScoringWorker:
                 if nxt is None:
                     self.q.put(None)
                     break
+                if isinstance(nxt, StreamJob):  # after this batch
+                    stream = nxt
+                    break
                 jobs.append(nxt)
-            reqs = [r for rs, _ in jobs for r in rs]
-            try:
-                out = self.uq.score_many(reqs, progress=False, return_errors=True)
-            except Exception as e:  # noqa: BLE001 - a failure answers this batch, the worker lives on
-                log.exception("scoring failed")
-                for _, fut in jobs:
-                    fut.set_exception(e)
-                continue
-            self.batches += 1
-            k = 0
-            for rs, fut in jobs:
-                fut.set_result(out[k: k + len(rs)])
-                k += len(rs)
+            self._score(jobs)
+            if stream is not None:
+                self.streams[stream.run(self.uq)] += 1
+
+    def _score(self, jobs: list) -> None:
+        reqs = [r for rs, _ in jobs for r in rs]
+        try:
+            out = self.uq.score_many(reqs, progress=False, return_errors=True)
+        except Exception as e:  # noqa: BLE001 - a failure answers this batch, the worker lives on
+            log.exception("scoring failed")
+            for _, fut in jobs:
+                fut.set_exception(e)
+            return
+        self.batches += 1
+        k = 0
+        for rs, fut in jobs:
+            fut.set_result(out[k: k + len(rs)])
+            k += len(rs)
 
     def close(self) -> None:
         self.q.put(None)
         self._thread.join(timeout=30)
+
+
+class StreamJob:
+    """One streamed answer: the worker runs `SpanUQ.score_stream` and hands each update (then an
+    error, if any, then None) to ``emit``; ``cancel`` (set when the client leaves) stops it."""
+
+    def __init__(self, prompt: str, emit, cancel: threading.Event | None = None):
+        self.prompt, self.emit = prompt, emit
+        self.cancel = cancel or threading.Event()
+
+    def run(self, uq: SpanUQ) -> str:
+        """Stream the answer; says how it ended: ``done``, ``cancelled`` or ``failed``."""
+        outcome = "cancelled"
+        try:
+            if not self.cancel.is_set():  # nobody is left to read it when the client left while it waited
+                for update in uq.score_stream(self.prompt, cancel=self.cancel):
+                    self.emit(update)
+                    if update.done:
+                        outcome = "done"
+                    if self.cancel.is_set():
+                        break
+        except Exception as e:  # noqa: BLE001 - the stream ends with its error, the worker lives on
+            if not isinstance(e, (InputError, GenerationError)):
+                log.exception("streaming failed")
+            self.emit(e)
+            outcome = "failed"
+        finally:
+            self.emit(None)
+        return outcome
 
 
 class ClientGone(Exception):
@@ -209,6 +260,50 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
         results = [ItemError(status=_error(o)[0], error=_error(o)[1]) if isinstance(o, Exception) else o for o in outs]
         return JSONResponse(BatchResponse(results=results).model_dump(mode="json"))
 
+    @app.post("/score/stream", openapi_extra=_openapi(ScoreRequest), responses={400: {}, 413: {}, 422: {}, 503: {}})
+    async def score_stream(request: Request, html: bool = False):
+        """The backbone's answer to ``prompt`` as Server-Sent Events while it is generated: ``event: update``
+        with a `StreamUpdate` (``{"update", "html"}`` with ``?html=1``), the last with ``done`` true;
+        ``event: error`` with ``{"status", "detail"}`` if generation fails.  Bad input is a 4xx before any event."""
+        req = _validate(ScoreRequest, await _json_body(request, scfg.max_body_bytes))
+        if req.response is not None:
+            raise HTTPError(422, "a stream scores the backbone's own answer as it is generated; "
+                                 "POST /score scores a given response")
+        try:
+            uq.check(req.prompt, None)
+            uq._check_context(uq._chat(req.prompt)[1], uq.cfg.score.max_new_tokens, "generation")
+        except InputError as e:
+            raise HTTPError(e.status, str(e)) from None
+        loop, events = asyncio.get_running_loop(), asyncio.Queue()
+
+        def emit(item) -> None:  # from the worker thread
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, item)
+            except RuntimeError:  # the event loop has closed (shutdown): nobody is listening
+                job.cancel.set()
+
+        job = StreamJob(req.prompt, emit)
+        worker.submit_stream(job)
+
+        async def sse():
+            from .views import fragment
+
+            try:
+                while (item := await events.get()) is not None:
+                    if isinstance(item, Exception):
+                        status, msg = _error(item)
+                        yield f"event: error\ndata: {json.dumps({'status': status, 'detail': msg})}\n\n"
+                        continue
+                    data = item.model_dump_json()
+                    if html:
+                        data = f'{{"update": {data}, "html": {json.dumps(fragment(item.result))}}}'
+                    yield f"event: update\ndata: {data}\n\n"
+            finally:  # the stream ended, or its client left: stop the generation
+                job.cancel.set()
+
+        return StreamingResponse(sse(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
     @app.post("/render", openapi_extra=_openapi(ScoreResult), responses={400: {}, 413: {}, 422: {}})
     async def render(request: Request):
         from .views import fragment
@@ -220,6 +315,7 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
     def health():
         return {"status": "ok", "backbone": uq.backbone_name, "probe": uq.probe_source, "checkpoint": str(uq.checkpoint),
                 "generator": uq.generator, "queued": worker.q.qsize(), "batches": worker.batches,
+                "streams": worker.streams,
                 "validity_threshold": uq.threshold, "limits": {
                     "max_body_bytes": scfg.max_body_bytes, "max_prompt_chars": uq.cfg.score.max_prompt_chars,
                     "max_response_chars": uq.cfg.score.max_response_chars, "max_batch_items": scfg.max_batch_items,
