@@ -131,6 +131,7 @@ def test_the_web_page_shows_the_spans_and_scores_of_the_json_api(service, tmp_pa
         page = browser.new_page(viewport={"width": 1000, "height": 760})
         page.goto(service)
         page.fill("#prompt", prompt)
+        page.uncheck("#stream")  # POST /score (tests/test_stream.py tests the streamed page)
         page.click("#submit")
         page.wait_for_selector("#result[data-ready]", timeout=300_000)
         assert page.inner_text("#status").endswith("s"), page.inner_text("#status")

@@ -153,3 +153,35 @@ def test_a_client_that_leaves_mid_stream_stops_its_generation_and_the_service_go
     assert ok.status_code == 200 and ok.json()["spans"]
     health = httpx.get(f"{url}/health", timeout=10).json()
     assert health["status"] == "ok" and health["queued"] == 0
+
+
+@pytest.mark.browser
+def test_the_page_colours_spans_in_as_the_answer_streams_and_ends_with_post_score(app_url, tmp_path):
+    import os
+    from pathlib import Path
+
+    from browser import chromium
+
+    url, _ = app_url
+    out = Path(os.environ.get("SPANUQ_ARTIFACTS", tmp_path))
+    out.mkdir(parents=True, exist_ok=True)
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1000, "height": 700})
+        page.goto(url)
+        page.fill("#prompt", PROMPT)
+        assert page.is_checked("#stream")  # streaming is the default when the backbone answers
+        page.click("#submit")
+        page.wait_for_selector("#result li.uq-item", timeout=300_000)  # spans shown before the answer is complete
+        page.wait_for_selector("#result[data-ready]", timeout=300_000)
+        assert not page.inner_text("#status").endswith("…"), page.inner_text("#status")
+        drawn = int(page.eval_on_selector("#result", "e => e.dataset.updates"))
+        shown = page.eval_on_selector_all("li.uq-item", "els => els.map(e => [+e.dataset.start, +e.dataset.end, +e.dataset.u])")
+        covered = page.eval_on_selector_all("span.uq", "els => els.flatMap(e => e.dataset.spans.split(' ').map(Number))")
+        answer = page.eval_on_selector("#result", "e => JSON.parse(e.dataset.json).answer")
+        page.screenshot(path=str(out / "stream.png"), full_page=True)
+    assert drawn >= 2  # the page was redrawn as the answer grew
+    api = httpx.post(f"{url}/score", json={"prompt": PROMPT, "response": answer}, timeout=300).json()
+    assert api["spans"] and len(shown) == len(api["spans"]) and set(covered) == set(range(len(api["spans"])))
+    for (start, end, u), s in zip(shown, api["spans"]):
+        assert (start, end) == (s["start"], s["end"]) and u == pytest.approx(s["u"], abs=1e-4)
+    assert (out / "stream.png").stat().st_size > 10_000
