@@ -1,5 +1,6 @@
 """Streaming scoring: `SpanUQ.score_stream`, `POST /score/stream` (Server-Sent Events), `spanuq score --stream`."""
 import json
+import re
 import threading
 import time
 
@@ -185,3 +186,31 @@ def test_the_page_colours_spans_in_as_the_answer_streams_and_ends_with_post_scor
     for (start, end, u), s in zip(shown, api["spans"]):
         assert (start, end) == (s["start"], s["end"]) and u == pytest.approx(s["u"], abs=1e-4)
     assert (out / "stream.png").stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------------------------- the command line
+def test_score_stream_prints_one_plain_line_per_update_when_piped(probe_dir, repo_root, capsys):
+    from spanuq.cli import main
+
+    assert main(["score", PROMPT, "--stream", "--generator", "hf", "--model", str(probe_dir), "--threshold", "0",
+                 "-o", "score.max_new_tokens=16", "-o", "score.stream_every=4", "-p", str(repo_root / "params.yaml")]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if re.match(r"\[ *\d+ tokens", line)]
+    assert "\x1b[" not in out and len(lines) >= 3 and lines[-1].startswith("[ 16 tokens") and ", done]" in lines[-1]
+    assert not lines[-2].startswith("[ 16 tokens")  # the last token's update is the final one, not one more
+    assert "û_seq = " in out  # the final answer's full view follows the lines
+
+
+def test_the_live_view_redraws_over_the_rows_it_drew(monkeypatch):
+    import io
+    import os
+
+    from spanuq.score.views import LiveTerminal
+
+    monkeypatch.setattr("shutil.get_terminal_size", lambda *a: os.terminal_size((10, 24)))
+    out = io.StringIO()
+    live = LiveTerminal(out)
+    live.draw("\x1b[48;2;1;2;3mabcdefghijkl\x1b[0m\nxy")  # 12 visible characters wrap onto 2 rows, + 1 row
+    live.draw("done")
+    second = out.getvalue().split("xy\n", 1)[1]
+    assert second == "\x1b[3F\x1b[Jdone\n" and live.rows == 1

@@ -3,6 +3,7 @@
     spanuq score "Who was Marie Curie?"                    # coloured answer + legend
     spanuq score "Who was Marie Curie?" --response @answer.txt --json
     spanuq score "…" --html page.html
+    spanuq score "Who was Marie Curie?" --stream             # spans colour in while the backbone answers
     spanuq score --file prompts.jsonl --out scored.jsonl   # rows {prompt, response?, id?}
     spanuq serve --port 8000                                # http://127.0.0.1:8000
 """
@@ -35,6 +36,9 @@ def add_score_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", default=None, metavar="FILE", help="also write a standalone HTML page")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                    help="auto: colour on a terminal unless NO_COLOR is set")
+    p.add_argument("--stream", action="store_true",
+                   help="score while the backbone answers: the coloured answer is redrawn live on a terminal "
+                        "(one plain line per update when piped; --json: one StreamUpdate per line)")
     p.add_argument("--file", default=None, help="JSONL with rows {prompt, response?, id?}")
     p.add_argument("--out", default=None, help="with --file: output JSONL (default: <file>.scored.jsonl)")
     add_model_args(p)
@@ -77,6 +81,8 @@ def run_score(args, cfg) -> int:
         return _score_file(args, cfg)
     if not args.prompt:
         raise ValueError("give a prompt (spanuq score \"Who was Marie Curie?\") or --file prompts.jsonl")
+    if args.stream:
+        return _score_stream(args, cfg)
     with _load(args, cfg) as uq:
         result = uq.score(args.prompt, response=_read_arg(args.response))
     if args.html:
@@ -85,6 +91,31 @@ def run_score(args, cfg) -> int:
         print(result.model_dump_json(indent=2))
     else:
         print(terminal_view(result, use_colour(args.color)))
+    return 0
+
+
+def _score_stream(args, cfg) -> int:
+    """`spanuq score --stream`: redraw on a terminal, plain lines (or JSON lines) when piped."""
+    from .views import LiveTerminal, html_page, stream_line, terminal_view
+
+    if args.response is not None:
+        raise ValueError("--stream scores the backbone's answer as it is generated; leave out --response")
+    colour = use_colour(args.color)
+    live = LiveTerminal(sys.stdout) if sys.stdout.isatty() and not args.json else None
+    with _load(args, cfg) as uq:
+        for update in uq.score_stream(args.prompt):
+            if args.json:
+                print(update.model_dump_json(), flush=True)
+            elif live is not None:
+                state = "done" if update.done else "generating…"
+                live.draw(f"{terminal_view(update.result, colour)}\n[{update.n_generated} tokens, "
+                          f"{update.tokens_per_s:.1f} tok/s, {state}]")
+            else:
+                print(stream_line(update), flush=True)
+    if live is None and not args.json:
+        print("\n" + terminal_view(update.result, colour))
+    if args.html:
+        Path(args.html).write_text(html_page(update.result), encoding="utf-8")
     return 0
 
 

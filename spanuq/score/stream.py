@@ -41,15 +41,18 @@ def cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, bool]:
 def _hf_text(uq: SpanUQ, cap: StateCapture, max_new: int) -> Iterator[tuple[str, str | None]]:
     """Greedy transformers decoding on the capture's cache: ``(text so far, None)`` per token,
     then ``(text, "stop" | "length")``."""
-    stop = uq.cfg.generate.stop
+    stop, eos = uq.cfg.generate.stop, uq.tok.eos_token_id
     text = ""
-    for _ in cap.greedy(max_new, uq.tok.eos_token_id):
+    for _ in cap.greedy(max_new, eos):
         text = uq.tok.decode(cap.ids, skip_special_tokens=True)
-        if cut_at_stop(text, stop)[1]:
+        if cut_at_stop(text, stop)[1] or int(cap.next_logits.argmax()) == eos:  # the next token ends it
             yield text, "stop"
             return
+        if len(cap.ids) >= max_new:
+            yield text, "length"
+            return
         yield text, None
-    yield text, "length" if len(cap.ids) >= max_new else "stop"
+    yield text, "stop"
 
 
 def _server_text(uq: SpanUQ, cap: StateCapture, chat: str, max_new: int) -> Iterator[tuple[str, str | None]]:

@@ -9,6 +9,7 @@ Overlapping spans are drawn by their highest score per character.
 from __future__ import annotations
 
 import html
+import re
 from typing import Iterable, Sequence
 
 Span = tuple[int, int, float]
@@ -121,6 +122,33 @@ def terminal_view(result, colour_on: bool = True) -> str:
     for s in result.spans:
         lines.append(f"  {_chip(s.u, colour_on)}  {s.text!r}  chars {s.start}-{s.end}  ν {s.nu:.1f}")
     return "\n".join(lines)
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class LiveTerminal:
+    """Redraws a block of text in place on a terminal (`spanuq score --stream`): each ``draw`` moves the
+    cursor back over the rows the previous block took (wrapped lines included) and clears them."""
+
+    def __init__(self, stream):
+        self.stream, self.rows = stream, 0
+
+    def draw(self, text: str) -> None:
+        import shutil
+
+        cols = max(1, shutil.get_terminal_size().columns)
+        back = f"\x1b[{self.rows}F\x1b[J" if self.rows else ""
+        self.stream.write(back + text + "\n")
+        self.stream.flush()
+        self.rows = sum(max(1, -(-len(ANSI.sub("", line)) // cols)) for line in text.split("\n"))
+
+
+def stream_line(update) -> str:
+    """One plain line per streamed update (piped output): tokens so far, spans, û_seq, the answer with [spans]."""
+    body = terminal_view(update.result, colour_on=False).split("\n\n" + LEGEND)[0].replace("\n", " ")
+    return (f"[{update.n_generated:>3} tokens, {len(update.result.spans)} spans, û_seq {update.result.u_seq:.2f}"
+            f"{', done' if update.done else ''}] {body}")
 
 
 def fragment(result) -> str:
