@@ -78,6 +78,8 @@ def run_score(args, cfg) -> int:
     from .views import html_page, terminal_view
 
     if args.file:
+        if args.stream:
+            raise ValueError("--stream scores one prompt as the backbone answers it; it does not take --file")
         return _score_file(args, cfg)
     if not args.prompt:
         raise ValueError("give a prompt (spanuq score \"Who was Marie Curie?\") or --file prompts.jsonl")

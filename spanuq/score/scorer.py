@@ -31,25 +31,13 @@ from ..llm.loading import token_offsets
 from ..llm.states import FeatureItem, extract_batch, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
 from ..model.postprocess import Answer, Prediction, predict
+from .errors import GenerationError, InputError
 from .schema import ScoredSpan, ScoreRequest, ScoreResult, StreamUpdate, Timings
 from .shipped import SHIPPED, describe, shipped_dir
+from .stream import score_stream
 
 log = logging.getLogger(__name__)
 LLAMACPP_CTX = 4096  # the managed llama.cpp server's context (prompt + generated tokens)
-
-
-class InputError(ValueError):
-    """A request SpanUQ cannot score; ``status`` is the HTTP status the service answers with."""
-
-    def __init__(self, message: str, status: int = 422):
-        super().__init__(message)
-        self.status = status
-
-
-class GenerationError(RuntimeError):
-    """The backbone could not answer (e.g. its llama.cpp server failed); nothing is cached, retry later."""
-
-    status = 503
 
 
 def resolve_checkpoint(source: str | Path | None, cfg: Config) -> Path:
@@ -327,8 +315,6 @@ class SpanUQ:
         the last one (``done``) equal to ``score(prompt, response=answer)``.
         ``generator``: ``hf`` or ``llamacpp`` (default: as `score`); ``cancel``: a `threading.Event`
         that stops the generation (`spanuq.score.stream`)."""
-        from .stream import score_stream
-
         every = self.cfg.score.stream_every if every is None else every
         at_clauses = self.cfg.score.stream_at_clauses if at_clauses is None else at_clauses
         return score_stream(self, prompt, every=every, at_clauses=at_clauses, generator=generator, cancel=cancel)

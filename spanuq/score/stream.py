@@ -26,8 +26,8 @@ from typing import Iterator
 
 from ..llm.capture import StateCapture
 from ..llm.loading import token_offsets
+from .errors import GenerationError, InputError
 from .schema import ScoreRequest, ScoreResult, StreamUpdate, Timings
-from .scorer import LLAMACPP_CTX, GenerationError, InputError, SpanUQ
 
 CLAUSE_END = (".", ",", ";", ":", "!", "?", "\n")
 
@@ -38,7 +38,7 @@ def cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-def _hf_text(uq: SpanUQ, cap: StateCapture, max_new: int) -> Iterator[tuple[str, str | None]]:
+def _hf_text(uq, cap: StateCapture, max_new: int) -> Iterator[tuple[str, str | None]]:
     """Greedy transformers decoding on the capture's cache: ``(text so far, None)`` per token,
     then ``(text, "stop" | "length")``."""
     stop, eos = uq.cfg.generate.stop, uq.tok.eos_token_id
@@ -55,7 +55,7 @@ def _hf_text(uq: SpanUQ, cap: StateCapture, max_new: int) -> Iterator[tuple[str,
     yield text, "stop"
 
 
-def _server_text(uq: SpanUQ, cap: StateCapture, chat: str, max_new: int) -> Iterator[tuple[str, str | None]]:
+def _server_text(uq, cap: StateCapture, chat: str, max_new: int) -> Iterator[tuple[str, str | None]]:
     """Text streamed by the managed OpenAI-compatible server; each arrival's new tokens are read on the cache."""
     from ..llm.llamacpp import ServerCrashed
     from ..llm.openai_client import EndpointError, EndpointUnreachable
@@ -65,6 +65,10 @@ def _server_text(uq: SpanUQ, cap: StateCapture, chat: str, max_new: int) -> Iter
     try:
         if uq._server is None:
             uq._start_server()
+        n_prompt = len(uq.tok(chat, add_special_tokens=False)["input_ids"])
+        if n_prompt + max_new > uq._server.n_ctx:
+            raise InputError(f"the prompt has {n_prompt:,} tokens; with {max_new} new tokens that exceeds the "
+                             f"llama.cpp context of {uq._server.n_ctx:,}")
         text = ""
         for delta, finish in uq._client.greedy_stream(chat, max_new):
             text += delta
@@ -80,7 +84,7 @@ def _server_text(uq: SpanUQ, cap: StateCapture, chat: str, max_new: int) -> Iter
     yield text, "stop"
 
 
-def _scorable(uq: SpanUQ, cap: StateCapture, text: str) -> tuple[str, int]:
+def _scorable(uq, cap: StateCapture, text: str) -> tuple[str, int]:
     """The longest prefix of ``text`` whose canonical tokens are the first tokens read: (prefix, its token count)."""
     ids, offsets = token_offsets(uq.tok, text)
     n = 0
@@ -94,7 +98,7 @@ def _scorable(uq: SpanUQ, cap: StateCapture, text: str) -> tuple[str, int]:
     return "", 0
 
 
-def _score(uq: SpanUQ, prompt: str, answer: str, cap: StateCapture, n: int) -> ScoreResult:
+def _score(uq, prompt: str, answer: str, cap: StateCapture, n: int) -> ScoreResult:
     out = uq.score_many([ScoreRequest(prompt=prompt, response=answer)], progress=False, return_errors=True,
                         states=[cap.item(n)])[0]
     if isinstance(out, Exception):
@@ -102,9 +106,10 @@ def _score(uq: SpanUQ, prompt: str, answer: str, cap: StateCapture, n: int) -> S
     return out
 
 
-def score_stream(uq: SpanUQ, prompt: str, *, every: int = 8, at_clauses: bool = True, generator: str | None = None,
+def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, generator: str | None = None,
                  cancel=None) -> Iterator[StreamUpdate]:
-    """See the module docstring; ``cancel`` (a `threading.Event`) stops the generation at the next token."""
+    """See the module docstring.  ``uq``: the `SpanUQ` (its backbone, probe and checks; scorer.py imports
+    this module, not the other way round); ``cancel`` (a `threading.Event`) stops the generation at the next token."""
     if every < 1:
         raise ValueError(f"every={every}: re-score every k >= 1 tokens")
     uq.check(prompt, None)
@@ -114,9 +119,6 @@ def score_stream(uq: SpanUQ, prompt: str, *, every: int = 8, at_clauses: bool = 
     gen = generator or uq._resolve_generator()
     if gen not in ("hf", "llamacpp"):
         raise ValueError(f"generator={gen!r}: hf or llamacpp")
-    if gen == "llamacpp" and n_prompt + max_new > LLAMACPP_CTX:
-        raise InputError(f"the prompt has {n_prompt:,} tokens; with {max_new} new tokens that exceeds the "
-                         f"llama.cpp context of {LLAMACPP_CTX:,}")
     t0 = time.perf_counter()
     cap = StateCapture(uq.model, uq.tok(chat, add_special_tokens=False)["input_ids"], uq.layers, uq.out_dtype)
     source = _hf_text(uq, cap, max_new) if gen == "hf" else _server_text(uq, cap, chat, max_new)

@@ -1,0 +1,16 @@
+"""The two errors of scoring, with the HTTP status the service answers (`spanuq.InputError`, `spanuq.GenerationError`)."""
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """A request SpanUQ cannot score; ``status`` is the HTTP status the service answers with."""
+
+    def __init__(self, message: str, status: int = 422):
+        super().__init__(message)
+        self.status = status
+
+
+class GenerationError(RuntimeError):
+    """The backbone could not answer (e.g. its llama.cpp server failed); nothing is cached, retry later."""
+
+    status = 503
