@@ -6,10 +6,11 @@ there is no second pass over the whole answer:
 * ``hf``: greedy decoding on the KV cache; the pass that picks token t+1 is the one that
   gives token t's state, so generating and capturing are the same forward passes;
 * ``llamacpp`` (any OpenAI-compatible server: llama.cpp here, ``vllm serve`` on a GPU): the
-  server streams text (``stream: true``); each time text arrives it is tokenised the way
-  `score` tokenises an answer and only the new tokens are read, teacher-forced on the cache
-  (the last token is held back: the next text may merge into it; if re-tokenising ever
-  changes earlier tokens, the cache is cropped back to the first change).
+  server streams text (``stream: true``); when an update is due, the text so far is tokenised
+  the way `score` tokenises an answer and only the tokens not yet read are read, in one
+  teacher-forced pass on the cache, while the server goes on generating (the last token is
+  held back: the next text may merge into it; if re-tokenising ever changes earlier tokens,
+  the cache is cropped back to the first change).
 
 Every ``every`` tokens and at each clause end (a token ending in ``. , ; : ! ?`` or a line
 break) the answer so far is scored through `SpanUQ.score_many` with the captured states: the
@@ -71,9 +72,7 @@ def _server_text(uq, cap: StateCapture, chat: str, max_new: int) -> Iterator[tup
                              f"llama.cpp context of {uq._server.n_ctx:,}")
         text = ""
         for delta, finish in uq._client.greedy_stream(chat, max_new):
-            text += delta
-            ids, _ = token_offsets(uq.tok, cut_at_stop(text, uq.cfg.generate.stop)[0].strip())
-            cap.sync(ids[:-1])  # the last token may still grow into a longer one
+            text += delta  # read on the cache when an update is due (`score_stream`), k tokens in one pass
             yield text, finish
             if finish:
                 return
@@ -138,14 +137,21 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
         for text, finish in source:
             if cancel is not None and cancel.is_set():
                 return
-            n_gen = len(cap.ids)
+            answer = cut_at_stop(text, uq.cfg.generate.stop)[0].strip()
+            if gen == "hf":
+                n_gen = len(cap.ids)
+            else:  # the server's tokens so far, as `score` tokenises the answer
+                ids = token_offsets(uq.tok, answer)[0]
+                n_gen = len(ids)
             if finish:
                 break
             due = n_gen - scored_n >= every or (at_clauses and n_gen > scored_n and text.endswith(CLAUSE_END))
             if not due:
                 continue
             t1 = time.perf_counter()
-            prefix, n = _scorable(uq, cap, cut_at_stop(text, uq.cfg.generate.stop)[0].strip())
+            if gen != "hf":
+                cap.sync(ids[:-1])  # the new tokens in one pass; the last one may still grow into a longer one
+            prefix, n = _scorable(uq, cap, answer)
             if n:
                 scored_n = n_gen
                 yield update(_score(uq, prompt, prefix, cap, n), False, t1)
