@@ -122,12 +122,10 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
     cap = StateCapture(uq.model, uq.tok(chat, add_special_tokens=False)["input_ids"], uq.layers, uq.out_dtype)
     source = _hf_text(uq, cap, max_new) if gen == "hf" else _server_text(uq, cap, chat, max_new)
     seq, scored_n, n_gen, finish, text = 0, 0, 0, None, ""
-    update_total = 0.0
 
     def update(result: ScoreResult, done: bool, t_start: float) -> StreamUpdate:
-        nonlocal seq, update_total
+        nonlocal seq
         now = time.perf_counter()
-        update_total += now - t_start
         seq += 1
         return StreamUpdate(seq=seq - 1, done=done, n_generated=n_gen, elapsed_s=round(now - t0, 4),
                             update_s=round(now - t_start, 4),
