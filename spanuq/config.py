@@ -307,6 +307,13 @@ class ScoreConfig(_Section):
     max_prompt_chars: int = 8_000
     max_response_chars: int = 100_000  # longer answers than the backbone's context are refused by token count
     batch_size: int = 8  # teacher-forced passes per batch in score_many
+    # `SpanUQ.refine` / `spanuq refine` (docs/refine.md): spans with û above refine_threshold are acted on;
+    # regenerate samples refine_candidates continuations (generate.temperature / top_p) of at most
+    # refine_max_new_tokens for each of at most refine_max_regions sentences, the probe keeps the most certain
+    refine_threshold: float = 0.5
+    refine_candidates: int = 4
+    refine_max_new_tokens: int = 48
+    refine_max_regions: int = 3
     # HTTP service
     host: str = "127.0.0.1"
     port: int = 8000
