@@ -46,7 +46,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
 
 
-def _load(args, cfg):
+def load_uq(args, cfg):
+    """The `SpanUQ` of a command's --model / --generator / --threshold; names the probe on stderr."""
     from transformers.utils import logging as hf_logging
 
     from .scorer import SpanUQ
@@ -58,7 +59,7 @@ def _load(args, cfg):
     return uq
 
 
-def _read_arg(value: str | None) -> str | None:
+def read_arg(value: str | None) -> str | None:
     if value is None or not value.startswith("@"):
         return value
     return Path(value[1:]).read_text(encoding="utf-8")
@@ -77,8 +78,8 @@ def run_score(args, cfg) -> int:
         return _score_file(args, cfg)
     if not args.prompt:
         raise ValueError("give a prompt (spanuq score \"Who was Marie Curie?\") or --file prompts.jsonl")
-    with _load(args, cfg) as uq:
-        result = uq.score(args.prompt, response=_read_arg(args.response))
+    with load_uq(args, cfg) as uq:
+        result = uq.score(args.prompt, response=read_arg(args.response))
     if args.html:
         Path(args.html).write_text(html_page(result), encoding="utf-8")
     if args.json:
@@ -114,7 +115,7 @@ def _score_file(args, cfg) -> int:
     rows = list(_rows(src))
     bs = max(1, cfg.score.batch_size)
     n_err = 0
-    with _load(args, cfg) as uq, out.open("w", encoding="utf-8") as f:
+    with load_uq(args, cfg) as uq, out.open("w", encoding="utf-8") as f:
         bar = tqdm(total=len(rows), desc="score", unit="row", disable=args.no_progress)
         for s in range(0, len(rows), bs):
             chunk = rows[s: s + bs]
@@ -143,7 +144,7 @@ def run_serve(args, cfg) -> int:
     from .service import serve
 
     host, port = args.host or cfg.score.host, args.port or cfg.score.port
-    uq = _load(args, cfg)
+    uq = load_uq(args, cfg)
     try:
         print(f"SpanUQ ({uq.backbone_name}) at http://{host}:{port}  (API docs: /docs; Ctrl-C to stop)", flush=True)
         serve(uq, host, port)

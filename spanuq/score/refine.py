@@ -35,7 +35,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .schema import ScoreResult
-from .scorer import InputError
+from .errors import InputError
 
 MODES = ("flag", "drop", "regenerate")
 _NO_SPACE_BEFORE = ",.;:!?)'\u2019"
@@ -60,6 +60,16 @@ class RefinedSpan(_Record):
                                              "new text when regenerated); null when dropped")
     u_after: float | None = Field(description="the highest û of the refined answer's spans over `new_text`; "
                                               "null when dropped or when no span is found there")
+
+
+class RefineRequest(_Record):
+    """``POST /refine`` body."""
+
+    prompt: str
+    response: str | None = Field(default=None, description="an answer to refine; omitted: the backbone answers")
+    mode: str = "regenerate"
+    threshold: float | None = Field(default=None, description="û above this is acted on (default "
+                                                              "score.refine_threshold)")
 
 
 class RefineResult(_Record):
@@ -129,7 +139,8 @@ def _first_sentence(text: str) -> str:
     return text
 
 
-def _check(mode: str, threshold: float) -> None:
+def check_refine(mode: str, threshold: float) -> None:
+    """Raise `InputError` (422) for a mode or threshold `refine` cannot take."""
     if mode not in MODES:
         raise InputError(f"unknown refine mode {mode!r}; one of {', '.join(MODES)}")
     if not 0.0 <= threshold <= 1.0:
@@ -141,7 +152,7 @@ def refine(uq, prompt: str, response: str | None = None, mode: str = "regenerate
     """`SpanUQ.refine` (module docstring)."""
     s = uq.cfg.score
     threshold = s.refine_threshold if threshold is None else float(threshold)
-    _check(mode, threshold)
+    check_refine(mode, threshold)
     uq.check(prompt, response)
     before = uq.score(prompt, response)
     uncertain = [sp for sp in before.spans if sp.u > threshold]

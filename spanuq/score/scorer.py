@@ -31,25 +31,12 @@ from ..llm.loading import token_offsets
 from ..llm.states import extract_batch, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
 from ..model.postprocess import Answer, Prediction, predict
+from .errors import GenerationError, InputError
 from .schema import ScoredSpan, ScoreRequest, ScoreResult, Timings
 from .shipped import SHIPPED, describe, shipped_dir
 
 log = logging.getLogger(__name__)
 LLAMACPP_CTX = 4096  # the managed llama.cpp server's context (prompt + generated tokens)
-
-
-class InputError(ValueError):
-    """A request SpanUQ cannot score; ``status`` is the HTTP status the service answers with."""
-
-    def __init__(self, message: str, status: int = 422):
-        super().__init__(message)
-        self.status = status
-
-
-class GenerationError(RuntimeError):
-    """The backbone could not answer (e.g. its llama.cpp server failed); nothing is cached, retry later."""
-
-    status = 503
 
 
 def resolve_checkpoint(source: str | Path | None, cfg: Config) -> Path:

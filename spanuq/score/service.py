@@ -2,6 +2,7 @@
 
     POST /score          {"prompt": ..., "response"?: ...}  -> ScoreResult (docs/score.schema.json)
     POST /score/batch    {"items": [...]}                    -> {"results": [ScoreResult | {"status", "error"}]}
+    POST /refine         {"prompt", "response"?, "mode"?, "threshold"?} -> RefineResult (spanuq.score.refine)
     POST /render         ScoreResult                         -> {"html": ...} (spanuq.score.views, for the page)
     GET  /health, GET / (the web page), GET /docs (OpenAPI)
 
@@ -31,6 +32,7 @@ from starlette.requests import ClientDisconnect
 
 from ..config import ScoreConfig
 from .schema import BatchRequest, BatchResponse, ItemError, ScoreRequest, ScoreResult
+from .refine import RefineRequest, RefineResult, check_refine
 from .scorer import GenerationError, InputError, SpanUQ
 
 log = logging.getLogger(__name__)
@@ -61,12 +63,30 @@ class ScoringWorker:
             raise HTTPError(503, f"the service is busy ({self.q.maxsize} requests waiting); retry later") from None
         return fut
 
+    def call(self, fn) -> Future:
+        """Run ``fn(uq)`` on the worker thread, in queue order (a job that is not a scoring batch: refine)."""
+        fut: Future = Future()
+        try:
+            self.q.put_nowait((fn, fut))
+        except queue.Full:
+            raise HTTPError(503, f"the service is busy ({self.q.maxsize} requests waiting); retry later") from None
+        return fut
+
+    def _call(self, fn, fut: Future) -> None:
+        try:
+            fut.set_result(fn(self.uq))
+        except Exception as e:  # noqa: BLE001 - answers this request, the worker lives on
+            fut.set_exception(e)
+
     def _run(self) -> None:
         while True:
             job = self.q.get()
             if job is None:
                 return
-            jobs = [job]
+            if callable(job[0]):
+                self._call(*job)
+                continue
+            jobs, later = [job], None
             while len(jobs) < self.micro_batch:
                 try:
                     nxt = self.q.get_nowait()
@@ -75,20 +95,28 @@ class ScoringWorker:
                 if nxt is None:
                     self.q.put(None)
                     break
+                if callable(nxt[0]):  # run after this batch, in its turn
+                    later = nxt
+                    break
                 jobs.append(nxt)
-            reqs = [r for rs, _ in jobs for r in rs]
-            try:
-                out = self.uq.score_many(reqs, progress=False, return_errors=True)
-            except Exception as e:  # noqa: BLE001 - a failure answers this batch, the worker lives on
-                log.exception("scoring failed")
-                for _, fut in jobs:
-                    fut.set_exception(e)
-                continue
-            self.batches += 1
-            k = 0
-            for rs, fut in jobs:
-                fut.set_result(out[k: k + len(rs)])
-                k += len(rs)
+            self._batch(jobs)
+            if later is not None:
+                self._call(*later)
+
+    def _batch(self, jobs: list) -> None:
+        reqs = [r for rs, _ in jobs for r in rs]
+        try:
+            out = self.uq.score_many(reqs, progress=False, return_errors=True)
+        except Exception as e:  # noqa: BLE001 - a failure answers this batch, the worker lives on
+            log.exception("scoring failed")
+            for _, fut in jobs:
+                fut.set_exception(e)
+            return
+        self.batches += 1
+        k = 0
+        for rs, fut in jobs:
+            fut.set_result(out[k: k + len(rs)])
+            k += len(rs)
 
     def close(self) -> None:
         self.q.put(None)
@@ -208,6 +236,20 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
             raise HTTPError(status, msg) from None
         results = [ItemError(status=_error(o)[0], error=_error(o)[1]) if isinstance(o, Exception) else o for o in outs]
         return JSONResponse(BatchResponse(results=results).model_dump(mode="json"))
+
+    @app.post("/refine", response_model=RefineResult, openapi_extra=_openapi(RefineRequest),
+              responses={400: {}, 413: {}, 422: {}, 503: {}})
+    async def refine(request: Request):
+        req = _validate(RefineRequest, await _json_body(request, scfg.max_body_bytes))
+        try:
+            check_refine(req.mode, uq.cfg.score.refine_threshold if req.threshold is None else req.threshold)
+            uq.check(req.prompt, req.response)
+            out = await asyncio.wrap_future(worker.call(
+                lambda m: m.refine(req.prompt, req.response, mode=req.mode, threshold=req.threshold)))
+        except Exception as e:  # noqa: BLE001
+            status, msg = _error(e)
+            raise HTTPError(status, msg) from None
+        return JSONResponse(out.model_dump(mode="json"))
 
     @app.post("/render", openapi_extra=_openapi(ScoreResult), responses={400: {}, 413: {}, 422: {}})
     async def render(request: Request):
