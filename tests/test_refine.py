@@ -6,6 +6,7 @@ these tests check what refine must do whatever the scores (`tests/test_score.py`
 """
 import httpx
 import pytest
+from test_serve import service  # noqa: F401 - the real service on a loopback port, a fixture
 
 from spanuq.score.refine import apply_edits, region_u
 from spanuq.score.scorer import InputError
@@ -89,35 +90,15 @@ def test_edits_replace_ranges_and_say_where_their_new_text_lies():
     assert text == "ONE! two 3 four" and [text[a:b] for a, b in placed] == ["ONE!", "3"]
 
 
-def test_the_service_refines_and_rejects_a_bad_mode(scorer):
-    import threading
-    import time
-
-    import uvicorn
-
-    from spanuq.llm.llamacpp import free_port
-    from spanuq.score.service import create_app
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(scorer), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not server.started:
-            time.sleep(0.1)
-        r = httpx.post(f"{url}/refine", json={"prompt": PROMPT, "response": ANSWER, "mode": "flag",
+def test_the_service_refines_and_rejects_a_bad_mode(service, scorer):
+    r = httpx.post(f"{service}/refine", json={"prompt": PROMPT, "response": ANSWER, "mode": "flag",
                                               "threshold": 0.5}, timeout=300)
-        assert r.status_code == 200, r.text
-        direct = scorer.refine(PROMPT, ANSWER, mode="flag", threshold=0.5)
-        assert [(s["start"], s["action"]) for s in r.json()["spans"]] == [(s.start, s.action) for s in direct.spans]
-        bad = httpx.post(f"{url}/refine", json={"prompt": PROMPT, "mode": "rewrite"}, timeout=30)
-        assert bad.status_code == 422 and "unknown refine mode" in bad.json()["detail"]
-        assert httpx.post(f"{url}/score", json={"prompt": PROMPT, "response": ANSWER}, timeout=300).status_code == 200
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    assert r.status_code == 200, r.text
+    direct = scorer.refine(PROMPT, ANSWER, mode="flag", threshold=0.5)
+    assert [(s["start"], s["action"]) for s in r.json()["spans"]] == [(s.start, s.action) for s in direct.spans]
+    bad = httpx.post(f"{service}/refine", json={"prompt": PROMPT, "mode": "rewrite"}, timeout=30)
+    assert bad.status_code == 422 and "unknown refine mode" in bad.json()["detail"]
+    assert httpx.post(f"{service}/score", json={"prompt": PROMPT, "response": ANSWER}, timeout=300).status_code == 200
 
 
 def test_refine_command_prints_before_and_after(probe_dir, tmp_path, capsys):

@@ -56,18 +56,16 @@ class ScoringWorker:
         self._thread.start()
 
     def submit(self, reqs: list[ScoreRequest]) -> Future:
-        fut: Future = Future()
-        try:
-            self.q.put_nowait((reqs, fut))
-        except queue.Full:
-            raise HTTPError(503, f"the service is busy ({self.q.maxsize} requests waiting); retry later") from None
-        return fut
+        return self._put(reqs)
 
     def call(self, fn) -> Future:
         """Run ``fn(uq)`` on the worker thread, in queue order (a job that is not a scoring batch: refine)."""
+        return self._put(fn)
+
+    def _put(self, job) -> Future:
         fut: Future = Future()
         try:
-            self.q.put_nowait((fn, fut))
+            self.q.put_nowait((job, fut))
         except queue.Full:
             raise HTTPError(503, f"the service is busy ({self.q.maxsize} requests waiting); retry later") from None
         return fut
