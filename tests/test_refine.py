@@ -67,6 +67,18 @@ def test_regenerate_keeps_a_candidate_only_when_the_probe_finds_it_more_certain(
         assert r.after.answer == r.answer
 
 
+def test_sample_continues_a_text_with_either_generator(scorer, monkeypatch):
+    from spanuq.llm.loading import chat_prompt
+
+    chat = chat_prompt(scorer.tok, PROMPT, scorer.system_prompt) + "The capital of Australia is"
+    for generator in ("llamacpp", "hf"):
+        monkeypatch.setattr(scorer, "generator", generator)
+        side = scorer.tok.padding_side
+        out = scorer.sample([chat], 2, 8, seed=3)
+        assert len(out) == 1 and len(out[0]) == 2 and all(isinstance(t, str) for t in out[0])
+        assert scorer.tok.padding_side == side  # the teacher-forced passes see the tokenizer as before
+
+
 @pytest.mark.parametrize("kw, message", [
     ({"mode": "rewrite"}, "unknown refine mode"),
     ({"threshold": 1.5}, r"û lies in \[0, 1\]"),
