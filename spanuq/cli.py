@@ -6,6 +6,7 @@
     spanuq ablate --rows paper,default    # params.yaml `ablate.rows`, one table
     spanuq llama-server --port 8080       # the shipped GGUF behind an OpenAI-compatible API
     spanuq score "Who was Marie Curie?"   # the answer with its likely-wrong spans (docs/score.md)
+    spanuq refine "Who was Marie Curie?"  # regenerate (or --mode drop|flag) the spans likely wrong
     spanuq serve                          # HTTP API + web page on 127.0.0.1:8000
     spanuq registry import-shipped        # the shipped probe as a version of spanuq-<backbone> (MLflow)
     spanuq bench mushroom --split val     # human span labels (Mu-SHROOM), beside the controls
@@ -67,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     sp = sub.add_parser("score", help="score an answer: spans likely wrong, with calibrated uncertainty")
     _add_config_args(sp)
     add_score_args(sp)
+    from .score.refine_command import add_refine_args
+
+    sp = sub.add_parser("refine", help="act on uncertain spans: flag, drop or regenerate them (before/after û)")
+    _add_config_args(sp)
+    add_refine_args(sp)
     sp = sub.add_parser("serve", help="HTTP service (POST /score) and web page")
     _add_config_args(sp)
     add_serve_args(sp)
@@ -110,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             from .score.shipped import import_shipped
 
             print(json.dumps(import_shipped(cfg), indent=2))
+        elif args.cmd == "refine":
+            from .score.refine_command import run_refine
+
+            return run_refine(args, cfg)
         elif args.cmd in ("score", "serve"):
             from .score.commands import run_score, run_serve
 

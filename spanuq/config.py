@@ -311,6 +311,13 @@ class ScoreConfig(_Section):
     # clause end (benchmarks/bench_stream.py measures the cost per update against how soon spans appear)
     stream_every: int = 8
     stream_at_clauses: bool = True
+    # `SpanUQ.refine` / `spanuq refine` (docs/refine.md): spans with û above refine_threshold are acted on;
+    # regenerate samples refine_candidates continuations (generate.temperature / top_p) of at most
+    # refine_max_new_tokens for each of at most refine_max_regions sentences, the probe keeps the most certain
+    refine_threshold: float = 0.5
+    refine_candidates: int = 4
+    refine_max_new_tokens: int = 48
+    refine_max_regions: int = 3
     # HTTP service
     host: str = "127.0.0.1"
     port: int = 8000

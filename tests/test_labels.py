@@ -109,6 +109,20 @@ def test_a_wrong_answer_gets_u_one_however_often_it_is_repeated(offline, tok):
     assert "Australia" not in by_span and res.stats["prompt_copies"] >= 1  # copied from the question: no claim
 
 
+@pytest.mark.parametrize("answer, slot", [
+    ("The capital of Australia is Canberra, not Sydney.", "correct"),
+    ("The capital of Australia is Sydney.", "wrong"),
+    ("I am not sure which city that is.", None),  # names nothing: no slot to judge
+    ("", None),
+])
+def test_the_answer_slot_judge_reads_the_references(offline, answer, slot):
+    from spanuq.label.offline import answer_slot
+
+    assert answer_slot(offline.nlp, answer, AUSTRALIA, offline.cfg) == slot
+    no_refs = AUSTRALIA.model_copy(update={"references": []})
+    assert answer_slot(offline.nlp, "The capital of Australia is Sydney.", no_refs, offline.cfg) is None
+
+
 def test_a_span_copied_from_the_prompt_is_not_a_target(offline, tok):
     p = Prompt(id="mc", domain="biography", text="Who was Marie Curie?")
     g = generation(tok, "mc", "Marie Curie was a Polish physicist who won the Nobel Prize in 1903.",

@@ -126,11 +126,32 @@ def reference_verdicts(units: list[Unit], answer: str, prompt: Prompt, min_score
     return verdicts
 
 
+def sentence_ends(text: str) -> list[int]:
+    """One past the end of each sentence of ``text`` (a ``.!?`` or newline followed by a space or
+    the end, not in the first three characters); the last is always ``len(text)``."""
+    ends = [i + 1 for i, ch in enumerate(text)
+            if ch in ".!?\n" and (i + 1 == len(text) or text[i + 1].isspace()) and i > 2]
+    return ends if ends and ends[-1] == len(text) else ends + [len(text)]
+
+
 def _first_sentence_end(text: str) -> int:
-    for i, ch in enumerate(text):
-        if ch in ".!?\n" and (i + 1 == len(text) or text[i + 1].isspace()) and i > 2:
-            return i + 1
-    return len(text)
+    return sentence_ends(text)[0]
+
+
+def answer_slot(nlp, answer: str, prompt: Prompt, cfg: LabelConfig) -> str | None:
+    """The label-truth check's verdict on one answer's *answer slot* (`truth.py`): ``"correct"``
+    when a named or numeric span matches a reference answer, ``"wrong"`` when none does and the
+    answer names a candidate of the reference's kind (factoid domains), None when the rule
+    judges no span (no references, an answer that names nothing, a non-factoid miss).  The same
+    claims, prompt-copy filter and reference rule as `OfflineLabeller.label`."""
+    if not answer.strip() or not [r for r in prompt.references if r.strip()]:
+        return None
+    units = [u for u in extract_units(nlp(answer), cfg.min_span_chars, cfg.max_spans)
+             if not is_prompt_copy(u.anchor, prompt.text, cfg.term_min_score)]
+    verdicts = reference_verdicts(units, answer, prompt, cfg.term_min_score)
+    if not verdicts:
+        return None
+    return "correct" if verdicts[min(verdicts)] == "match" else "wrong"
 
 
 class OfflineLabeller:

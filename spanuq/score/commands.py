@@ -50,7 +50,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
 
 
-def _load(args, cfg):
+def load_uq(args, cfg):
+    """The `SpanUQ` of a command's --model / --generator / --threshold; names the probe on stderr."""
     from transformers.utils import logging as hf_logging
 
     from .scorer import SpanUQ
@@ -62,7 +63,7 @@ def _load(args, cfg):
     return uq
 
 
-def _read_arg(value: str | None) -> str | None:
+def read_arg(value: str | None) -> str | None:
     if value is None or not value.startswith("@"):
         return value
     return Path(value[1:]).read_text(encoding="utf-8")
@@ -85,8 +86,8 @@ def run_score(args, cfg) -> int:
         raise ValueError("give a prompt (spanuq score \"Who was Marie Curie?\") or --file prompts.jsonl")
     if args.stream:
         return _score_stream(args, cfg)
-    with _load(args, cfg) as uq:
-        result = uq.score(args.prompt, response=_read_arg(args.response))
+    with load_uq(args, cfg) as uq:
+        result = uq.score(args.prompt, response=read_arg(args.response))
     if args.html:
         Path(args.html).write_text(html_page(result), encoding="utf-8")
     if args.json:
@@ -104,7 +105,7 @@ def _score_stream(args, cfg) -> int:
         raise ValueError("--stream scores the backbone's answer as it is generated; leave out --response")
     colour = use_colour(args.color)
     live = LiveTerminal(sys.stdout) if sys.stdout.isatty() and not args.json else None
-    with _load(args, cfg) as uq:
+    with load_uq(args, cfg) as uq:
         for update in uq.score_stream(args.prompt):
             if args.json:
                 print(update.model_dump_json(), flush=True)
@@ -147,7 +148,7 @@ def _score_file(args, cfg) -> int:
     rows = list(_rows(src))
     bs = max(1, cfg.score.batch_size)
     n_err = 0
-    with _load(args, cfg) as uq, out.open("w", encoding="utf-8") as f:
+    with load_uq(args, cfg) as uq, out.open("w", encoding="utf-8") as f:
         bar = tqdm(total=len(rows), desc="score", unit="row", disable=args.no_progress)
         for s in range(0, len(rows), bs):
             chunk = rows[s: s + bs]
@@ -176,7 +177,7 @@ def run_serve(args, cfg) -> int:
     from .service import serve
 
     host, port = args.host or cfg.score.host, args.port or cfg.score.port
-    uq = _load(args, cfg)
+    uq = load_uq(args, cfg)
     try:
         print(f"SpanUQ ({uq.backbone_name}) at http://{host}:{port}  (API docs: /docs; Ctrl-C to stop)", flush=True)
         serve(uq, host, port)

@@ -1,4 +1,5 @@
-"""The two errors of scoring, with the HTTP status the service answers (`spanuq.InputError`, `spanuq.GenerationError`)."""
+"""The errors of scoring: what `SpanUQ` raises for a request it cannot serve (also re-exported by
+`spanuq.score.scorer` and ``spanuq``)."""
 from __future__ import annotations
 
 

@@ -222,6 +222,49 @@ class SpanUQ:
                                                  "api_key_env": None, "server_model": None})
         self._client = ServerGenerator(self.cfg.model_copy(update={"generate": g}), server=self._server)
 
+    def sample(self, texts: list[str], n: int, max_new_tokens: int, seed: int = 0) -> list[list[str]]:
+        """``n`` sampled continuations of each raw text (a chat prompt, possibly with the start of an
+        answer after it), at ``generate.temperature`` / ``top_p`` with its stop strings, by the backbone's
+        generator (`_resolve_generator`); a failure raises `GenerationError` (nothing is kept)."""
+        from ..generate.hf import HFGenerator
+        from ..generate.server import ServerGenerator
+
+        g = self.cfg.generate.model_copy(update={"max_new_tokens": max_new_tokens,
+                                                 "sample_max_new_tokens": max_new_tokens})
+        seeds = [seed + 1_000 * i for i in range(len(texts))]
+        try:
+            if self._resolve_generator() == "llamacpp":
+                if self._server is None or not self._server.alive():
+                    self.close()
+                    self._start_server()
+                g = g.model_copy(update={"backend": "server", "server_url": self._server.base_url,
+                                         "api_key_env": None, "server_model": None})
+                gen = ServerGenerator(self.cfg.model_copy(update={"generate": g}), server=self._server)
+            else:
+                side = self.tok.padding_side
+                gen = HFGenerator(self.cfg.model_copy(update={"generate": g}), self.model, self.tok)
+            try:
+                out = gen.sample(texts, n, seeds)
+            finally:
+                gen.close()
+                if self.generator == "hf":
+                    self.tok.padding_side = side
+        except Exception as e:  # noqa: BLE001 - reported as the backbone's failure, nothing kept
+            if self._server is not None and not self._server.alive():
+                report = self._server.crash_report()
+                self.close()
+                raise GenerationError(f"generation failed: {report}") from e
+            raise GenerationError(f"generation failed: {type(e).__name__}: {e}") from e
+        return [[c.text for c in row] for row in out]
+
+    def refine(self, prompt: str, response: str | None = None, mode: str = "regenerate",
+               threshold: float | None = None):
+        """Act on the spans whose û is above ``threshold`` (``score.refine_threshold``): ``flag`` them,
+        ``drop`` their sentences, or ``regenerate`` them (`spanuq.score.refine`, docs/refine.md)."""
+        from .refine import refine
+
+        return refine(self, prompt, response, mode, threshold)
+
     # ---------------------------------------------------------------- scoring
     def score(self, prompt: str, response: str | None = None) -> ScoreResult:
         """Score ``response`` (any answer) or, without it, the backbone's own greedy answer."""

@@ -3,6 +3,7 @@
     POST /score          {"prompt": ..., "response"?: ...}  -> ScoreResult (docs/score.schema.json)
     POST /score/batch    {"items": [...]}                    -> {"results": [ScoreResult | {"status", "error"}]}
     POST /score/stream   {"prompt": ...}                     -> Server-Sent Events: `update` (StreamUpdate) ..., or `error`
+    POST /refine         {"prompt", "response"?, "mode"?, "threshold"?} -> RefineResult (spanuq.score.refine)
     POST /render         ScoreResult                         -> {"html": ...} (spanuq.score.views, for the page)
     GET  /health, GET / (the web page), GET /docs (OpenAPI)
 
@@ -35,6 +36,7 @@ from starlette.requests import ClientDisconnect
 
 from ..config import ScoreConfig
 from .schema import BatchRequest, BatchResponse, ItemError, ScoreRequest, ScoreResult
+from .refine import RefineRequest, RefineResult, check_refine
 from .scorer import GenerationError, InputError, SpanUQ
 
 log = logging.getLogger(__name__)
@@ -59,9 +61,16 @@ class ScoringWorker:
         self._thread.start()
 
     def submit(self, reqs: list[ScoreRequest]) -> Future:
+        return self._put(reqs)
+
+    def call(self, fn) -> Future:
+        """Run ``fn(uq)`` on the worker thread, in queue order (a job that is not a scoring batch: refine)."""
+        return self._put(fn)
+
+    def _put(self, job) -> Future:
         fut: Future = Future()
         try:
-            self.q.put_nowait((reqs, fut))
+            self.q.put_nowait((job, fut))
         except queue.Full:
             raise HTTPError(503, f"the service is busy ({self.q.maxsize} requests waiting); retry later") from None
         return fut
@@ -72,15 +81,32 @@ class ScoringWorker:
         except queue.Full:
             raise HTTPError(503, f"the service is busy ({self.q.maxsize} requests waiting); retry later") from None
 
+    @staticmethod
+    def _alone(job) -> bool:
+        """A stream or a call (refine) runs by itself, in its turn; scoring requests are batched."""
+        return isinstance(job, StreamJob) or callable(job[0])
+
+    def _run_alone(self, job) -> None:
+        if isinstance(job, StreamJob):
+            self.streams[job.run(self.uq)] += 1
+        else:
+            self._call(*job)
+
+    def _call(self, fn, fut: Future) -> None:
+        try:
+            fut.set_result(fn(self.uq))
+        except Exception as e:  # noqa: BLE001 - answers this request, the worker lives on
+            fut.set_exception(e)
+
     def _run(self) -> None:
         while True:
             job = self.q.get()
             if job is None:
                 return
-            if isinstance(job, StreamJob):
-                self.streams[job.run(self.uq)] += 1
+            if self._alone(job):
+                self._run_alone(job)
                 continue
-            jobs, stream = [job], None
+            jobs, later = [job], None
             while len(jobs) < self.micro_batch:
                 try:
                     nxt = self.q.get_nowait()
@@ -89,15 +115,15 @@ class ScoringWorker:
                 if nxt is None:
                     self.q.put(None)
                     break
-                if isinstance(nxt, StreamJob):  # after this batch
-                    stream = nxt
+                if self._alone(nxt):  # run after this batch, in its turn
+                    later = nxt
                     break
                 jobs.append(nxt)
-            self._score(jobs)
-            if stream is not None:
-                self.streams[stream.run(self.uq)] += 1
+            self._batch(jobs)
+            if later is not None:
+                self._run_alone(later)
 
-    def _score(self, jobs: list) -> None:
+    def _batch(self, jobs: list) -> None:
         reqs = [r for rs, _ in jobs for r in rs]
         try:
             out = self.uq.score_many(reqs, progress=False, return_errors=True)
@@ -303,6 +329,20 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
 
         return StreamingResponse(sse(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.post("/refine", response_model=RefineResult, openapi_extra=_openapi(RefineRequest),
+              responses={400: {}, 413: {}, 422: {}, 503: {}})
+    async def refine(request: Request):
+        req = _validate(RefineRequest, await _json_body(request, scfg.max_body_bytes))
+        try:
+            check_refine(req.mode, uq.cfg.score.refine_threshold if req.threshold is None else req.threshold)
+            uq.check(req.prompt, req.response)
+            out = await asyncio.wrap_future(worker.call(
+                lambda m: m.refine(req.prompt, req.response, mode=req.mode, threshold=req.threshold)))
+        except Exception as e:  # noqa: BLE001
+            status, msg = _error(e)
+            raise HTTPError(status, msg) from None
+        return JSONResponse(out.model_dump(mode="json"))
 
     @app.post("/render", openapi_extra=_openapi(ScoreResult), responses={400: {}, 413: {}, 422: {}})
     async def render(request: Request):
