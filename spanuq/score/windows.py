@@ -133,9 +133,10 @@ def predict_windows(probe, items: Sequence[States], calibration: Calibration,
 
 
 def window_length(extra: dict, default: int, override: int | None = None) -> int:
-    """W: ``override`` (``score.window_tokens``), else the longest answer the checkpoint was
-    trained on (``extra["window_tokens"]``, written by the train stage), else ``default``
-    (the pipeline's ``generate.max_new_tokens``)."""
+    """W: ``override`` (``score.window_tokens``), else the budget of the answers the checkpoint
+    was trained on (``extra["window_tokens"]``: the run's ``generate.max_new_tokens``, written by
+    the train stage; the evaluate stage reads the same value), else ``default`` (the
+    pipeline's ``generate.max_new_tokens``)."""
     if override is not None:
         return int(override)
     return int(extra.get("window_tokens") or default)
