@@ -294,12 +294,12 @@ class SpanUQ:
                 results[i] = e
                 bar.update(1)
         todo = sorted((i for i in state if state[i]["item"] is None), key=lambda i: len(state[i]["ids"]))
-        fits = lambda i: not self.max_context or state[i]["n_prompt"] + len(state[i]["ids"]) <= self.max_context  # noqa: E731
-        for i in [i for i in todo if not fits(i)]:  # 2a. longer than the context: chunked passes (llm/chunked.py)
+        short = lambda i: len(state[i]["ids"]) <= self.window  # noqa: E731 - batched; longer ones one at a time
+        for i in [i for i in todo if not short(i)]:  # 2a. one pass each, chunked past the context (llm/chunked.py)
             t0 = time.perf_counter()
             state[i].update(item=extract_long(self.model, self.tok, state[i]["chat"], state[i]["ids"], self.layers,
                                               self.out_dtype, self.max_context), bb_s=time.perf_counter() - t0)
-        todo = [i for i in todo if fits(i)]
+        todo = [i for i in todo if short(i)]
         bs = max(1, self.cfg.score.batch_size)
         for s in range(0, len(todo), bs):  # 2. teacher-forced passes
             batch = todo[s: s + bs]
