@@ -314,7 +314,7 @@ class SpanUQ:
             t0 = time.perf_counter()
             preds = predict_windows(self.probe, [state[i]["item"] for i in done], self.calibration,
                                     [self._answer(state[i]) for i in done], window=self.window,
-                                    batch_size=max(1, len(done)),
+                                    batch_size=max(32, len(done)),  # answers, or windows of a long one
                                     device=next(self.probe.parameters()).device)
             share = (time.perf_counter() - t0) / len(done)
             for i, pred in zip(done, preds):
