@@ -47,7 +47,8 @@ def test_the_mlflow_model_the_score_api_and_the_evaluate_stage_show_the_same_spa
     item = extract_batch(scorer.model, tok, [chat], [ids], scorer.layers, getattr(torch, cfg.extract.dtype))[0]
     example = ResponseExample("p0", "custom", "test", item.h.float(), item.entropy, ids,
                               torch.tensor([[0, 3]]), torch.tensor([0.5]), 0.5, answer)
-    _, preds, _ = evaluate_probe(cfg, ckpt.probe, ckpt.calibration, [example], "cpu", answers(tok, [example]))
+    _, preds, _ = evaluate_probe(cfg, ckpt.probe, ckpt.calibration, [example], "cpu", answers(tok, [example]),
+                                 window=uq.window)
     stage = [(s.start, s.end, s.u) for s in preds[0].shown()]
 
     # the MLflow model, registered as the train stage registers it
