@@ -112,3 +112,21 @@ def test_dvc_repro_runs_the_six_stages_end_to_end_and_reruns_only_what_a_param_t
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     ran = {line.split("'")[1] for line in out.stdout.splitlines() if line.startswith("Running stage")}
     assert ran == {"train", "evaluate", "baselines", "report"}, out.stdout  # baselines time the new probe
+
+    # a user's own prompt file, never seen in training, scored by that probe (README "Unseen prompts"):
+    # its answers are the test split; train/dev of the run above fit the methods of the baselines table
+    user = tmp_path / "my_prompts.jsonl"
+    user.write_text("".join(json.dumps({"text": t, "domain": "triviaqa", "references": r, "split": "test"}) + "\n" for t, r in [
+        ("Which planet is known as the Red Planet?", ["Mars"]), ("Who painted the Mona Lisa?", ["Leonardo da Vinci"]),
+        ("What is the capital of Australia?", ["Canberra"]), ("Which metal is liquid at room temperature?", ["mercury"])]))
+    over = [f"paths.data={tmp_path / 'user'}", "prompts.source=file", f"prompts.file={user}", "prompts.n_prompts=null",
+            "prompts.split_by=prompts", f"evaluate.probe_from={repo / 'data'}",
+            "baselines.methods=[surface_prior,token_entropy,mlp_probe]", "baselines.detectors=[]", "baselines.cost_answers=0"]
+    for stage in ("prompts", "generate", "label", "extract", "evaluate", "baselines"):
+        out = subprocess.run([str(BIN / "spanuq"), stage, "--no-progress", *(a for o in over for a in ("-o", o))],
+                             cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, stage + out.stdout[-3000:] + out.stderr[-3000:]
+    mine = json.loads((tmp_path / "user/smollm2-135m/metrics.json").read_text())
+    assert mine["probe"]["from"] == str(root / "probe") and 1 <= mine["n_responses"] <= 4
+    base = json.loads((tmp_path / "user/smollm2-135m/baselines/metrics.json").read_text())
+    assert base["n_responses"] == mine["n_responses"] and set(base["methods"]) == {"surface_prior", "token_entropy", "mlp_probe"}

@@ -42,8 +42,19 @@ class AnswerContext:
 
     @classmethod
     def load(cls, cfg: Config) -> "AnswerContext":
+        """This run's answers, and those of ``evaluate.probe_from`` (its train/dev fit the methods) when set."""
         paths = StagePaths.from_config(cfg)
-        return cls.from_files(paths.generations, paths.labels, paths.claims)
+        here = cls.from_files(paths.generations, paths.labels, paths.claims)
+        fit = StagePaths.fitted_on(cfg)
+        if fit == paths:
+            return here
+        there = cls.from_files(fit.generations, fit.labels, fit.claims)
+        clash = sorted(k for k in here.answers.keys() & there.answers.keys()
+                       if here.answers[k].response != there.answers[k].response)
+        if clash:
+            raise ValueError(f"evaluate.probe_from={cfg.evaluate.probe_from!r} has other answers under the same prompt "
+                             f"ids as this run ({', '.join(clash[:3])}, ...): give the prompt file its own ids")
+        return cls({**there.answers, **here.answers})
 
     @classmethod
     def from_files(cls, generations: Path, labels: Path, claims: Path | None = None) -> "AnswerContext":

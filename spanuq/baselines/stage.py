@@ -224,9 +224,12 @@ def run_baselines(cfg: Config, progress: bool = True) -> Path:
     paths = StagePaths.from_config(cfg)
     out_dir = paths.root / "baselines"
     torch.set_num_threads(cfg.train.num_threads or os.cpu_count() or 1)
-    train, dev, test = (load_examples(paths.features, paths.labels, (s,)) for s in ("train", "dev", "test"))
+    fit = StagePaths.fitted_on(cfg)  # train/dev and the probe: this run's or evaluate.probe_from's
+    train, dev = (load_examples(fit.features, fit.labels, (s,)) for s in ("train", "dev"))
+    test = load_examples(paths.features, paths.labels, ("test",))
     if not test or not train:
-        raise ValueError(f"need labelled train and test responses in {paths.labels}; see the label report")
+        raise ValueError(f"need labelled train responses in {fit.labels} and test responses in {paths.labels}; "
+                         "see the label report")
     context = AnswerContext.load(cfg)
     infos = context.for_examples(test)
     shared = Shared(cfg, context)
@@ -248,7 +251,7 @@ def run_baselines(cfg: Config, progress: bool = True) -> Path:
     det_rows, det_scores = run_detectors(cfg, shared, mlp, train, test)
 
     device = resolve_device(cfg.train.device)
-    ckpt = load_checkpoint(paths.probe, device)
+    ckpt = load_checkpoint(fit.probe, device)
     model, tok = shared.backbone()
     cost = {"spanuq": time_spanuq(cfg, model, tok, ckpt.probe, ckpt.calibration, test, infos, device)}
     cost["decoding"] = time_decoding(cfg, infos[: cfg.baselines.cost_answers]) if cfg.baselines.cost_answers else {}

@@ -64,10 +64,12 @@ class SurfacePrior(SpanScorer):
         from ..pipeline.paths import StagePaths
         from ..pipeline.records import LabeledResponse, Prompt
 
-        paths = StagePaths.from_config(cfg)
-        prompts = {p.id: p.text for p in read_records(paths.prompts, Prompt)} if paths.prompts.exists() else {}
-        texts = ({r.prompt_id: [s.text for s in r.spans] for r in read_records(paths.labels, LabeledResponse)}
-                 if paths.labels.exists() else {})
+        prompts, texts = {}, {}
+        for paths in (StagePaths.fitted_on(cfg), StagePaths.from_config(cfg)):  # train/dev's run, then this one
+            if paths.prompts.exists():
+                prompts.update({p.id: p.text for p in read_records(paths.prompts, Prompt)})
+            if paths.labels.exists():
+                texts.update({r.prompt_id: [s.text for s in r.spans] for r in read_records(paths.labels, LabeledResponse)})
         return cls(**{"prompts": prompts, "span_texts": texts, "seed": cfg.train.seed, **overrides})
 
     def features(self, examples: list[ResponseExample]) -> np.ndarray:

@@ -92,11 +92,7 @@ def run_evaluate(cfg: Config, progress: bool = True) -> Path:
     torch.set_num_threads(cfg.train.num_threads or os.cpu_count() or 1)
     test = load_examples(paths.features, paths.labels, ("test",))
     # the probe: this run's, or the one of ``evaluate.probe_from`` (a run on other prompts)
-    fit = paths if not cfg.evaluate.probe_from else StagePaths.from_config(
-        cfg.model_copy(update={"paths": cfg.paths.model_copy(update={"data": cfg.evaluate.probe_from})}))
-    if fit is not paths and not fit.probe.is_dir():
-        raise FileNotFoundError(f"evaluate.probe_from={cfg.evaluate.probe_from!r}: no trained probe at {fit.probe} "
-                                "(run the pipeline there first)")
+    fit = StagePaths.fitted_on(cfg)
     if not test:
         raise ValueError(f"no labelled test responses in {paths.labels}; see the label report")
     device = resolve_device(cfg.train.device)

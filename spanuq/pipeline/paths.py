@@ -17,6 +17,18 @@ class StagePaths:
     def from_config(cls, cfg: Config) -> "StagePaths":
         return cls(Path(cfg.paths.data) / cfg.backbone.name, Path(cfg.paths.cache) / cfg.backbone.name)
 
+    @classmethod
+    def fitted_on(cls, cfg: Config) -> "StagePaths":
+        """The run whose probe (and train/dev split) scores this run's test split: this run, or
+        ``evaluate.probe_from`` (another run's data folder, e.g. to score prompts the probe never saw)."""
+        if not cfg.evaluate.probe_from:
+            return cls.from_config(cfg)
+        fit = cls.from_config(cfg.model_copy(update={"paths": cfg.paths.model_copy(update={"data": cfg.evaluate.probe_from})}))
+        if not fit.probe.is_dir():
+            raise FileNotFoundError(f"evaluate.probe_from={cfg.evaluate.probe_from!r}: no trained probe at {fit.probe} "
+                                    "(run the pipeline there first)")
+        return fit
+
     # prompts (shared across backbones: the same prompts feed every backbone)
     @property
     def prompts(self) -> Path:
