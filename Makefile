@@ -28,6 +28,8 @@ bench: setup
 	python benchmarks/bench_probe.py
 	python benchmarks/bench_score.py
 	python benchmarks/bench_serve.py
+	python benchmarks/bench_long_speed.py
+	python benchmarks/bench_long.py
 
 ship-probe: setup  ## re-train the shipped probe (cpu-full preset) and re-ship it: make ship-probe MUSHROOM=<mu-shroom checkout>
 	bash scripts/retrain_shipped_probe.sh $(MUSHROOM)

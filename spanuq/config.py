@@ -305,7 +305,9 @@ class ScoreConfig(_Section):
     server_threads: int | None = None
     validity_threshold: float | None = None  # None: the checkpoint's (chosen on dev); duplicates: evaluate.dup_iou
     max_prompt_chars: int = 8_000
-    max_response_chars: int = 100_000  # longer answers than the backbone's context are refused by token count
+    max_response_chars: int = 100_000  # the service's hard limit; longer answers than the backbone's context are
+    # read in chunked passes (llm/chunked.py), longer than the probe's training in windows (score/windows.py)
+    window_tokens: int | None = None  # None: the probe's trained answer length (checkpoint, else generate.max_new_tokens)
     batch_size: int = 8  # teacher-forced passes per batch in score_many
     # score_stream (`spanuq score --stream`, POST /score/stream): re-score every k generated tokens and at each
     # clause end (benchmarks/bench_stream.py measures the cost per update against how soon spans appear)

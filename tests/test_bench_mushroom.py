@@ -180,16 +180,16 @@ def test_scoring_through_the_public_api_gives_character_spans(scorer):
         assert v.shape == (x.text_len,) and 0 <= v.min() and v.max() <= 1
 
 
-def test_an_answer_longer_than_the_context_is_skipped_and_counted(scorer):
+def test_an_answer_the_probe_cannot_score_is_skipped_and_counted(scorer):
     from spanuq.bench.mushroom import MushroomItem
     from spanuq.bench.run import score_items
 
     ok = read_items(FIXTURE / "mushroom.en-val.fixture.jsonl")[0]
-    long = MushroomItem(id="val-en-99", model_input="Say it.", model_output_text=" word" * 9000,
-                        hard_labels=[], soft_labels=[])  # ~9,000 tokens: over SmolLM2's 8,192
-    results, skipped = score_items(scorer, [long, ok], progress=False)
+    blank = MushroomItem(id="val-en-99", model_input="Say it.", model_output_text="   ",
+                         hard_labels=[], soft_labels=[])  # nothing to score (an answer longer than the context is scored)
+    results, skipped = score_items(scorer, [blank, ok], progress=False)
     assert results[0] is None and results[1] is not None
-    assert [s["id"] for s in skipped] == ["val-en-99"] and "context" in skipped[0]["reason"]
+    assert [s["id"] for s in skipped] == ["val-en-99"] and "empty" in skipped[0]["reason"]
 
 
 def test_cli_end_to_end_on_the_fixture(probe_dir, tmp_path, capsys, repo_root):

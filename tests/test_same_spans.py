@@ -19,6 +19,7 @@ from spanuq.score.registry import log_probe
 PROMPT = "Who was Marie Curie?"
 ANSWER = ("Marie Curie was a Polish–French physicist and chemist. She won the Nobel Prize in Physics in 1903 "
           "and in Chemistry in 1911, and founded the Curie Institute in Warsaw.")
+LONG = "\n\n".join([ANSWER] * 8)  # ~320 tokens: longer than the probe's 128, read in windows by all three
 
 
 @pytest.fixture
@@ -29,34 +30,39 @@ def calibrated_probe(scorer, tmp_path):
                            Calibration(temperature=1.7, validity_threshold=0.2, dup_iou=0.5), extra=ckpt.extra)
 
 
-def test_the_mlflow_model_the_score_api_and_the_evaluate_stage_show_the_same_spans(scorer, calibrated_probe, make_cfg):
+@pytest.mark.parametrize("answer", [ANSWER, LONG], ids=["short", "long"])
+def test_the_mlflow_model_the_score_api_and_the_evaluate_stage_show_the_same_spans(scorer, calibrated_probe, make_cfg,
+                                                                                   answer):
     cfg = make_cfg("evaluate.bootstrap=0")
     ckpt = load_checkpoint(calibrated_probe)
     tok = scorer.tok
 
     # the score API
     uq = SpanUQ(ckpt, scorer.cfg, scorer.model, tok, calibrated_probe)
-    api = [(s.start, s.end, s.u) for s in uq.score(PROMPT, response=ANSWER).spans]
+    api = [(s.start, s.end, s.u) for s in uq.score(PROMPT, response=answer).spans]
 
     # the evaluate stage, on the answer's features as the extract stage stores them
-    ids, offsets = token_offsets(tok, ANSWER)
+    ids, offsets = token_offsets(tok, answer)
     chat = chat_prompt(tok, PROMPT, scorer.system_prompt)
     item = extract_batch(scorer.model, tok, [chat], [ids], scorer.layers, getattr(torch, cfg.extract.dtype))[0]
     example = ResponseExample("p0", "custom", "test", item.h.float(), item.entropy, ids,
-                              torch.tensor([[0, 3]]), torch.tensor([0.5]), 0.5, ANSWER)
-    _, preds, _ = evaluate_probe(cfg, ckpt.probe, ckpt.calibration, [example], "cpu", answers(tok, [example]))
+                              torch.tensor([[0, 3]]), torch.tensor([0.5]), 0.5, answer)
+    _, preds, _ = evaluate_probe(cfg, ckpt.probe, ckpt.calibration, [example], "cpu", answers(tok, [example]),
+                                 window=uq.window)
     stage = [(s.start, s.end, s.u) for s in preds[0].shown()]
 
     # the MLflow model, registered as the train stage registers it
     with tracking.start_run(cfg, "same-spans"):
         log_probe(calibrated_probe, cfg, dev_auroc=0.5)
     pyfunc = mlflow.pyfunc.load_model("models:/spanuq-smollm2-135m@champion")
-    out = pyfunc.predict({"h": item.h.float().numpy(), "entropy": item.entropy.numpy(), "text": ANSWER,
+    out = pyfunc.predict({"h": item.h.float().numpy(), "entropy": item.entropy.numpy(), "text": answer,
                           "offsets": offsets})[0]
     served = [(s["char_start"], s["char_end"], s["u"]) for s in out["spans"]]
 
     assert len(api) >= 3, "threshold 0.2 shows several spans of a random probe"
+    if answer is LONG:
+        assert uq.score(PROMPT, response=answer).windows >= 3 and api[-1][0] > len(answer) * 3 // 4
     assert [s[:2] for s in api] == [s[:2] for s in stage] == [s[:2] for s in served]
     assert [s[2] for s in api] == pytest.approx([s[2] for s in stage], abs=1e-6)
     assert [s[2] for s in api] == pytest.approx([s[2] for s in served], abs=1e-6)
-    assert all(ANSWER[a:b] == ANSWER[a:b].strip() and ANSWER[a:b] for a, b, _ in api)  # whole words, no edge spaces
+    assert all(answer[a:b] == answer[a:b].strip() and answer[a:b] for a, b, _ in api)  # whole words, no edge spaces

@@ -64,7 +64,7 @@ def test_the_card_matches_a_re_evaluation_on_its_stored_test_split(uq):
     test = test_examples(SHIPPED, uq.model, uq.tok, uq.layers, CARD["extract"]["dtype"])
     assert len(test) == CARD["metrics"]["n_responses"]
     cfg = uq.cfg.model_copy(update={"evaluate": uq.cfg.evaluate.model_validate({**CARD["evaluate"], "bootstrap": 0})})
-    metrics, _, _ = evaluate_probe(cfg, uq.probe, uq.fitted, test, "cpu", answers(uq.tok, test))
+    metrics, _, _ = evaluate_probe(cfg, uq.probe, uq.fitted, test, "cpu", answers(uq.tok, test), window=uq.window)
     want, span = CARD["metrics"]["headline"], metrics["span"]
     assert int(sum(len(e.u) for e in test)) == CARD["metrics"]["n_spans"] == span["n"] == want["n_spans"]
     assert span["n"] - span["n_pos"] == want["negatives"]

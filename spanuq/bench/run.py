@@ -7,8 +7,9 @@ API, beside every control, with the task's IoU and Cor.
 Every method (the probe and each control) is computed in the same run on the same answers.
 The probe reads each (question, answer) pair with ``SpanUQ.score_many`` (validity threshold 0:
 every non-duplicate span comes back, the validation split chooses which to keep).  An answer
-the backbone cannot read in one pass is skipped by the model-based methods (they mark
-nothing there), counted and listed; the metric still covers every answer of the split.
+the probe cannot score (an empty one; longer ones are read in windows, `spanuq.score.windows`)
+is skipped by the model-based methods (they mark nothing there), counted and listed; the
+metric still covers every answer of the split.
 
 Writes ``data/<backbone>/bench/mushroom-<split>.{json,md}`` and the predictions of every
 method in the task's submission format (``mushroom-<split>-predictions/<method>.jsonl``),

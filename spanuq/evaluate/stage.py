@@ -28,10 +28,11 @@ from ..features.dataset import ResponseExample, answers, load_examples
 from ..llm.loading import resolve_device
 from ..model.calibration import Calibration
 from ..model.checkpoint import load_checkpoint
-from ..model.postprocess import Answer, Prediction, predict, token_span_to_chars
+from ..model.postprocess import Answer, Prediction, token_span_to_chars
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
 from ..metrics.uq import metric_value
+from ..score.windows import predict_windows, window_length
 from .plots import reliability_plot, scatter_plot
 from .scoring import all_span_scores, evaluate_predictions
 
@@ -39,11 +40,15 @@ log = logging.getLogger(__name__)
 
 
 def evaluate_probe(cfg: Config, probe, calibration: Calibration, test: list[ResponseExample], device,
-                   test_answers: list[Answer | None] | None = None) -> tuple[dict, list[Prediction], dict]:
+                   test_answers: list[Answer | None] | None = None, *, window: int
+                   ) -> tuple[dict, list[Prediction], dict]:
     """(metrics, test predictions, all-span test scores {"u_true", "u", "u_raw"}) of the probe
-    shown as the product shows it: its calibration, spans grown to words (``test_answers``)."""
+    shown as the product shows it: its calibration, spans grown to words (``test_answers``), answers
+    longer than ``window`` tokens (the probe's trained length, `window_length`) read in windows."""
     ec = cfg.evaluate
-    preds = predict(probe, test, calibration, test_answers, batch_size=cfg.train.batch_size, device=device)
+    # as `SpanUQ.score` reads them: an answer longer than the trained length in windows (score/windows.py)
+    preds = predict_windows(probe, test, calibration, test_answers, window=window, batch_size=cfg.train.batch_size,
+                            device=device)
     metrics = evaluate_predictions(preds, test, ec, bootstrap=ec.bootstrap)
     u, _ = all_span_scores(preds, test, iou_threshold=ec.iou_threshold)
     u_raw, _ = all_span_scores(preds, test, iou_threshold=ec.iou_threshold, key="u_raw")
@@ -94,7 +99,8 @@ def run_evaluate(cfg: Config, progress: bool = True) -> Path:
     ckpt = load_checkpoint(fit.probe, device)
     test_answers = answers(load_tokenizer(cfg), test)
     t0 = time.perf_counter()
-    probe_metrics, preds, scores = evaluate_probe(cfg, ckpt.probe, ckpt.calibration, test, device, test_answers)
+    probe_metrics, preds, scores = evaluate_probe(cfg, ckpt.probe, ckpt.calibration, test, device, test_answers,
+                                                  window=window_length(ckpt.extra, cfg.generate.max_new_tokens))
     probe_metrics["seconds"] = round(time.perf_counter() - t0, 2)
 
     rows = {"spanuq": probe_metrics}

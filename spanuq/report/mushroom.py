@@ -33,7 +33,7 @@ def mushroom_table(record: dict) -> Table:
     notes = [f"{n} answers of the English {split} split, every method on the same answers in one run; "
              f"95% bootstrap intervals over answers ({record['bootstrap']['resamples']} resamples; Δ paired).",
              f"Probe {probe['path']} (sha256 {probe['sha256'][:12]}…), scored through SpanUQ.score_many "
-             f"(question, answer); {record['n_skipped']} answers could not be read by the backbone in one pass "
+             f"(question, answer); {record['n_skipped']} answers could not be scored (empty) "
              "(the model-based rows mark nothing there).",
              f"Data: {record['data']['source']} (sha256 {record['data']['sha256'][:12]}…), from "
              f"{record['data'].get('origin')}.",

@@ -13,6 +13,9 @@ Input (one row per response):
     the [start, end) characters of each of its T tokens, from the backbone's tokenizer);
   * or a dict ``{"h": ..., "entropy": ...}`` for one response (or columns of lists for many);
   * or a list of such dicts.
+An answer longer than the probe was trained on (``window_tokens``: the model config that
+`log_probe` wrote, else the checkpoint's) is read in overlapping windows and merged as
+`SpanUQ.score` does (`spanuq.score.windows`).
 ``params={"threshold": 0.5}`` overrides the validity threshold stored with the probe (chosen on
 dev; a negative value, the default, keeps it); ``params={"calibrated": False}`` returns raw û instead of the dev-calibrated score.
 
@@ -33,6 +36,7 @@ import mlflow
 import numpy as np
 
 from spanuq.model.postprocess import Answer, predict
+from spanuq.score.windows import predict_windows
 
 
 @dataclass
@@ -102,6 +106,8 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
         from spanuq.model.checkpoint import load_checkpoint
 
         self.ckpt = load_checkpoint(context.artifacts["checkpoint"], device="cpu")
+        self.window = (getattr(context, "model_config", None) or {}).get("window_tokens") \
+            or self.ckpt.extra.get("window_tokens")
 
     def predict(self, context, model_input, params=None):
         import torch
@@ -129,7 +135,11 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
             answers.append(_answer(r, h.shape[0], i))
         states = [_States(torch.from_numpy(h), torch.from_numpy(e) if e is not None else torch.zeros(h.shape[0]))
                   for h, e in zip(hs, ents)]
-        preds = predict(self.ckpt.probe, states, calibration, answers, batch_size=16, device="cpu")
+        if self.window:
+            preds = predict_windows(self.ckpt.probe, states, calibration, answers, window=int(self.window),
+                                    batch_size=16, device="cpu")
+        else:  # a checkpoint from before windows that does not say how long its answers were
+            preds = predict(self.ckpt.probe, states, calibration, answers, batch_size=16, device="cpu")
         out: list[dict] = []
         for r, p in zip(rows, preds):
             spans = []

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
+from ..pipeline.files import read_json
+from .windows import window_length
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,9 @@ def log_probe(probe_dir: str | Path, cfg: Config, dev_auroc: float | None) -> di
             name="probe",
             python_model=str(code),
             artifacts={"checkpoint": str(Path(probe_dir))},
+            # the windows long answers are read in, as `SpanUQ` reads them (score/windows.py)
+            model_config={"window_tokens": window_length(read_json(Path(probe_dir) / "config.json").get("extra") or {},
+                                                         cfg.generate.max_new_tokens)},
             signature=_signature(),
             pip_requirements=["spanuq", "torch", "safetensors", "numpy", "pandas"],
         )

@@ -57,6 +57,8 @@ class ScoreResult(_Strict):
     generator: Literal["llamacpp", "hf"] | None = Field(description="how the answer was generated; null if given")
     n_tokens: int = Field(ge=0, description="response tokens the probe read")
     truncated: bool = Field(description="generation stopped at max_new_tokens")
+    windows: int = Field(default=1, ge=1, description="probe windows the answer was read in: 1 up to the probe's "
+                                                      "trained length, more for longer answers (docs/score.md)")
     u_seq: float = Field(ge=0, le=1, description="û_seq, the answer-level score")
     validity_threshold: float
     spans: list[ScoredSpan]

@@ -27,14 +27,16 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import Config, load_config
+from ..llm.chunked import extract_long
 from ..llm.loading import token_offsets
 from ..llm.states import FeatureItem, extract_batch, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
-from ..model.postprocess import Answer, Prediction, predict
+from ..model.postprocess import Answer, Prediction
 from .errors import GenerationError, InputError
 from .schema import ScoredSpan, ScoreRequest, ScoreResult, StreamUpdate, Timings
 from .shipped import SHIPPED, describe, shipped_dir
 from .stream import score_stream
+from .windows import plan_windows, predict_windows, window_length
 
 log = logging.getLogger(__name__)
 LLAMACPP_CTX = 4096  # the managed llama.cpp server's context (prompt + generated tokens)
@@ -93,6 +95,8 @@ class SpanUQ:
         self.threshold = self.calibration.validity_threshold
         self.out_dtype = getattr(torch, cfg.extract.dtype)  # the precision the probe was trained on
         self.max_context = int(getattr(backbone.config, "max_position_embeddings", 0) or 0) or None
+        # answers longer than the probe's trained length are read in windows (score/windows.py)
+        self.window = window_length(self.extra, cfg.generate.max_new_tokens, cfg.score.window_tokens)
         self.generator = cfg.score.generator
         self._server = None
         self._client = None
@@ -162,10 +166,11 @@ class SpanUQ:
         return chat, len(self.tok(chat, add_special_tokens=False)["input_ids"])
 
     def _check_context(self, n_prompt: int, n_response: int, what: str) -> None:
+        """The prompt must leave room in the backbone's context: for the generated answer's budget,
+        or (a given answer) for chunks of it — a longer answer is read in chunked passes."""
         if self.max_context and n_prompt + n_response > self.max_context:
-            raise InputError(f"{what}: the prompt ({n_prompt:,} tokens) and the answer ({n_response:,} tokens) "
-                             f"exceed {self.backbone_name}'s context of {self.max_context:,} tokens, so the "
-                             "answer cannot be read in one pass; score it in shorter parts", 422)
+            raise InputError(f"{what}: the prompt ({n_prompt:,} tokens) and {n_response:,} answer tokens exceed "
+                             f"{self.backbone_name}'s context of {self.max_context:,} tokens; shorten the prompt", 422)
 
     # ---------------------------------------------------------------- generation
     def _generate_llamacpp(self, chat: str) -> tuple[str, bool]:
@@ -314,17 +319,23 @@ class SpanUQ:
                     if not answer.strip():
                         raise InputError(f"{self.backbone_name} gave an empty answer; nothing to score", 422)
                 else:
+                    self._check_context(n_prompt, 2 * self.window, "the response")  # room for chunks of it
                     answer = r.response
                 ids, offsets = token_offsets(self.tok, answer)  # the answer's one tokenisation
-                self._check_context(n_prompt, len(ids), "the response")
                 if states is not None and states[i] is not None and states[i].token_ids.tolist() == ids:
                     st["item"] = states[i]
-                st.update(answer=answer, ids=ids, offsets=offsets)
+                st.update(answer=answer, ids=ids, offsets=offsets, n_prompt=n_prompt)
                 state[i] = st
             except (InputError, GenerationError) as e:
                 results[i] = e
                 bar.update(1)
         todo = sorted((i for i in state if state[i]["item"] is None), key=lambda i: len(state[i]["ids"]))
+        short = lambda i: len(state[i]["ids"]) <= self.window  # noqa: E731 - batched; longer ones one at a time
+        for i in [i for i in todo if not short(i)]:  # 2a. one pass each, chunked past the context (llm/chunked.py)
+            t0 = time.perf_counter()
+            state[i].update(item=extract_long(self.model, self.tok, state[i]["chat"], state[i]["ids"], self.layers,
+                                              self.out_dtype, self.max_context), bb_s=time.perf_counter() - t0)
+        todo = [i for i in todo if short(i)]
         bs = max(1, self.cfg.score.batch_size)
         for s in range(0, len(todo), bs):  # 2. teacher-forced passes
             batch = todo[s: s + bs]
@@ -337,9 +348,10 @@ class SpanUQ:
         done = sorted(state)
         if done:  # 3. the probe
             t0 = time.perf_counter()
-            preds = predict(self.probe, [state[i]["item"] for i in done], self.calibration,
-                            [self._answer(state[i]) for i in done], batch_size=max(1, len(done)),
-                            device=next(self.probe.parameters()).device)
+            preds = predict_windows(self.probe, [state[i]["item"] for i in done], self.calibration,
+                                    [self._answer(state[i]) for i in done], window=self.window,
+                                    batch_size=max(32, len(done)),  # answers, or windows of a long one
+                                    device=next(self.probe.parameters()).device)
             share = (time.perf_counter() - t0) / len(done)
             for i, pred in zip(done, preds):
                 results[i] = self._result(reqs[i], state[i], pred, share, time.perf_counter() - t_start[i])
@@ -375,6 +387,7 @@ class SpanUQ:
         return ScoreResult(prompt=req.prompt, answer=answer, answer_source=st["source"], backbone=self.backbone_name,
                            generator=st["generator"], n_tokens=len(st["ids"]), truncated=st["truncated"],
                            u_seq=float(pred.u_seq), validity_threshold=self.threshold, spans=spans,
+                           windows=len(plan_windows(len(st["ids"]), self.window)),
                            timings=Timings(generate_s=None if st["gen_s"] is None else round(st["gen_s"], 4),
                                            backbone_s=round(st["bb_s"], 4), probe_s=round(probe_s, 4),
                                            total_s=round(total_s, 4)))

@@ -266,7 +266,9 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
         save_checkpoint(model, cfg.probe, train[0].h.shape[1], paths.probe, calibration,
                         extra={"backbone": cfg.backbone.name, "layers": fused_layers(cfg),
                                "system_prompt": cfg.backbone.system_prompt,
-                               "best_epoch": info["best_epoch"], "dev_auroc": dev_auroc})
+                               "best_epoch": info["best_epoch"], "dev_auroc": dev_auroc,
+                               # the answers' budget (none was longer): longer ones are read in windows of it
+                               "window_tokens": cfg.generate.max_new_tokens})
         write_json(paths.probe / "history.json", info["history"])
         tracking.log_metrics({"best_dev_auroc": dev_auroc} if dev_auroc is not None else {})
         if cfg.mlflow.register_model:
