@@ -95,3 +95,32 @@ def mlflow_server(root: Path, env: dict):
 
 def run_json(args: list[str], env: dict) -> dict:
     return json.loads(cli(args, env))
+
+
+@contextmanager
+def scoring_service(uq):
+    """`spanuq serve`'s app around ``uq`` in a real uvicorn server on a free loopback port: yields (url, app)."""
+    import threading
+
+    import httpx
+    import uvicorn
+
+    from spanuq.score.service import create_app
+
+    app = create_app(uq)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.config.port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.2)
+    try:
+        yield url, app
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

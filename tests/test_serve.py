@@ -1,14 +1,13 @@
 """`spanuq serve`, started by the tests on 127.0.0.1: the JSON API, bad input, concurrency, the web page."""
 import asyncio
 import os
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from spanuq.llm.llamacpp import free_port
+from servers import scoring_service
 
 ANSWER = "Canberra is the capital of Australia. It was founded in 1913, and its lake is named after Walter Griffin."
 
@@ -16,25 +15,8 @@ ANSWER = "Canberra is the capital of Australia. It was founded in 1913, and its 
 @pytest.fixture(scope="module")
 def service(scorer):
     """The real uvicorn server around the session's scorer, on a free loopback port."""
-    import uvicorn
-
-    from spanuq.score.service import create_app
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(scorer), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.2)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=30)
+    with scoring_service(scorer) as (url, _):
+        yield url
 
 
 def test_score_answers_with_the_api_result_and_the_docs_are_served(service, scorer):

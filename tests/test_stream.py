@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from spanuq.llm.llamacpp import free_port
+from servers import scoring_service
 
 PROMPT = "Who was Marie Curie?"
 
@@ -69,26 +69,8 @@ def test_bad_input_is_refused_before_anything_is_generated(scorer):
 @pytest.fixture(scope="module")
 def app_url(scorer):
     """The real uvicorn server around the session's scorer; yields (url, the app's worker)."""
-    import uvicorn
-
-    from spanuq.score.service import create_app
-
-    app = create_app(scorer)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.2)
-    yield url, app.state.worker
-    server.should_exit = True
-    thread.join(timeout=30)
+    with scoring_service(scorer) as (url, app):
+        yield url, app.state.worker
 
 
 def sse_events(response):
