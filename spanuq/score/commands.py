@@ -69,10 +69,11 @@ def read_arg(value: str | None) -> str | None:
     return Path(value[1:]).read_text(encoding="utf-8")
 
 
-def use_colour(mode: str, stream=sys.stdout) -> bool:
+def use_colour(mode: str, stream=None) -> bool:
+    """ANSI colour for ``stream`` (default: sys.stdout as it is now, not as it was at import)."""
     if mode != "auto":
         return mode == "always"
-    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    return (stream or sys.stdout).isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
 def run_score(args, cfg) -> int:
