@@ -87,6 +87,8 @@ def test_probe_spans_map_to_characters():
     assert probe_chars(r, 7, "u*p", 0.0)[:2] == pytest.approx([0.4, 0.4])
     assert probe_chars(r, 7, "noisy-or", 0.0)[2] == pytest.approx(1 - (1 - 0.4) * (1 - 0.54))
     assert probe_chars(r, 7, "const", 0.6).tolist() == [0, 0, 1, 1, 1, 1, 0]  # spans without û
+    assert probe_chars(r, 7, "u/max", 0.0).tolist() == pytest.approx([1, 1, 1, 1, 0.75, 0.75, 0])  # 0.6 / 0.8
+    assert probe_chars(r, 7, "u/max", 0.6).tolist() == [0, 0, 1, 1, 1, 1, 0]  # the kept span is the top one
     assert probe_chars(None, 3, "u", 0.0).tolist() == [0, 0, 0]  # an answer the backbone could not read
 
 
@@ -234,3 +236,35 @@ def test_cli_end_to_end_on_the_fixture(probe_dir, tmp_path, capsys, repo_root):
 
     assert [t.title.split(":")[0] for t in report_tables(bench)] == ["Mu-SHROOM English test split",
                                                                      "Mu-SHROOM English val split"]
+
+
+def test_other_systems_answers_become_a_prompt_file_by_question_folds(tmp_path, capsys):
+    """The unlabelled train split: one prompt per English answer (empty ones dropped), the
+    answer as `response`; folds split by question, so a fold's questions can be left out of
+    validation (`--exclude-questions`)."""
+    from spanuq.bench.mushroom_train import leave_out, question_key, questions_of, unlabelled_prompts
+    from spanuq.cli import main
+    from spanuq.data.prompts import load_prompt_file
+
+    src = FIXTURE / "mushroom.en-train_nolabel.fixture.jsonl"
+    rows = unlabelled_prompts(src)
+    assert [r["response"] for r in rows] == [" The capital of Australia is Canberra.", "Sydney is the capital of Australia.",
+                                             "Jane Austen wrote it in 1813.", "Eight legs."]
+    assert {r["split"] for r in rows} == {"train"}
+    out = tmp_path / "train.jsonl"
+    assert main(["bench", "mushroom-prompts", "--data", str(src), "--out", str(out)]) == 0
+    prompts = load_prompt_file(out)
+    assert [p.response for p in prompts] == [r["response"] for r in rows] and len({p.id for p in prompts}) == 4
+    by_fold = {}
+    for k in (0, 1):
+        try:
+            by_fold[k] = {question_key(r["text"]) for r in unlabelled_prompts(src, (k, 2))}
+        except ValueError:  # a fold may be empty on three questions
+            by_fold[k] = set()
+    assert not by_fold[0] & by_fold[1] and len(by_fold[0] | by_fold[1]) == 3  # two spellings, one question
+    val = read_items(FIXTURE / "mushroom.en-val.fixture.jsonl")
+    kept = leave_out(val, questions_of(out))
+    assert [x.id for x in kept] == ["val-en-3"]  # Australia (either spelling), Austen and spiders were trained on
+    capsys.readouterr()
+    assert main(["bench", "mushroom-prompts", "--data", str(src), "--out", str(out), "--fold", "half"]) == 2
+    assert "--fold must look like 0/2" in capsys.readouterr().err

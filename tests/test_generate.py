@@ -295,3 +295,25 @@ def test_backend_server_does_not_switch_silently_when_llama_cpp_cannot_run(make_
     with pytest.raises(ServerCrashed, match=r"(?s)exited with status.*generate\.backend=auto falls back"):
         generate_all(cfg, PROMPTS[:1], cache_dir=tmp_path / "gen", progress=False)
     assert not list((tmp_path / "gen").glob("**/*.json"))  # nothing cached from the failure
+
+
+def test_a_given_response_is_the_answer_and_the_samples_stay_the_backbones(make_cfg):
+    """Answers written elsewhere (``response``) are labelled as they are: the record carries
+    that answer, tokenised canonically, and the backbone's samples of the question, shared by
+    every answer given for the same question (one model call per question)."""
+    from spanuq.llm.loading import load_tokenizer, response_token_ids
+
+    cfg = make_cfg("generate.n_samples=2")
+    q = "What is the capital of Australia?"
+    prompts = [Prompt(id="own", domain="custom", text=q),
+               Prompt(id="given-1", domain="custom", text=q, response=" Sydney is the capital of Australia. "),
+               Prompt(id="given-2", domain="custom", text=q, response="Canberra, since 1913.")]
+    gen = FlakyGenerator(limit=99)
+    gens, stats = generate_all(cfg, prompts, generator=gen, progress=False)
+    assert gen.seen == 1 and stats["generated"] == 1
+    own, g1, g2 = gens
+    assert own.greedy.text == "Canberra is the capital." and not own.answer_given
+    assert g1.greedy.text == prompts[1].response and g1.answer_given  # as given, spaces included
+    assert g1.greedy.token_ids == response_token_ids(load_tokenizer(cfg), prompts[1].response)
+    assert g1.samples == own.samples == g2.samples and g1.chat_prompt == own.chat_prompt
+    assert [g.prompt_id for g in gens] == ["own", "given-1", "given-2"]

@@ -287,7 +287,21 @@ def test_a_users_jsonl_keeps_ids_splits_and_extra_fields(tmp_path):
     assert (b.id, b.domain, b.references) == ("7", "eli5", ["Rayleigh scattering"])
 
 
+def test_a_file_of_answers_written_elsewhere_gives_one_prompt_per_answer(tmp_path):
+    """Several systems' answers to one question (``response``): each its own prompt, kept as given."""
+    f = tmp_path / "answers.jsonl"
+    f.write_text('{"text": "Who painted Guernica?", "response": " Pablo Picasso, in 1937."}\n'
+                 '{"text": "Who painted Guernica?", "response": "Salvador Dal\u00ed."}\n'
+                 '{"text": "Who painted Guernica?"}\n', encoding="utf-8")
+    a, b, c = load_prompt_file(f)
+    assert (a.response, b.response, c.response) == (" Pablo Picasso, in 1937.", "Salvador Dalí.", None)
+    assert len({a.id, b.id, c.id}) == 3
+
+
 @pytest.mark.parametrize("name, content, message", [
+    ("a.jsonl", '{"text": "ok", "response": "  "}\n', "a.jsonl:1: `response` is only whitespace"),
+    ("a.jsonl", '{"text": "ok", "response": ["a"]}\n', "a.jsonl:1: `response` must be a string"),
+    ("a.jsonl", '{"text": "ok", "response": "' + "x" * 20_001 + '"}\n', "a.jsonl:1: `response` has 20,001"),
     ("a.jsonl", '{"text": "ok"}\n{"domain": "eli5"}\n', "a.jsonl:2: missing `text`"),
     ("a.jsonl", '{"text": "   "}\n', "a.jsonl:1: empty `text`"),
     ("a.jsonl", '{"text": "ok", "domain": "poetry"}\n', "a.jsonl:1: domain 'poetry' is not one of"),

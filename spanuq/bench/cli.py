@@ -2,6 +2,7 @@
 
     spanuq bench mushroom --split val --data ~/mu-shroom          # parse + cache the English files; choose settings
     spanuq bench mushroom --split test --probe data/smollm2-135m/probe   # once per probe (--force to re-read)
+    spanuq bench mushroom-prompts --data mushroom.en-train_nolabel.v1.jsonl --out train.jsonl --fold 0/2
 """
 from __future__ import annotations
 
@@ -22,9 +23,25 @@ def add_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
     m.add_argument("--force", action="store_true", help="read the test split again for a probe already tested")
     m.add_argument("--seed", type=int, default=0, help="seed of the random control and the bootstrap")
     m.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
+    m.add_argument("--exclude-questions", default=None, metavar="PROMPTS",
+                   help="leave out answers whose question is in this prompt file (the probe trained on it)")
+    t = sub.add_parser("mushroom-prompts", help="the unlabelled English train split as a prompt file of given "
+                       "answers (label them with the pipeline's teacher, train on them)")
+    add_config_args(t)
+    t.add_argument("--data", required=True, metavar="FILE", help="mushroom.en-train_nolabel.v1.jsonl")
+    t.add_argument("--out", required=True, metavar="FILE", help="the prompt file to write (.jsonl)")
+    t.add_argument("--fold", default=None, metavar="K/N", help="only the answers to the questions of fold K of N")
 
 
 def run_bench(args, cfg) -> int:
+    if args.bench == "mushroom-prompts":
+        from ..pipeline.files import write_jsonl
+        from .mushroom_train import parse_fold, question_key, unlabelled_prompts
+
+        rows = unlabelled_prompts(args.data, parse_fold(args.fold))
+        write_jsonl(args.out, rows)
+        print(f"bench mushroom-prompts: {len(rows)} answers to {len({question_key(r['text']) for r in rows})} questions -> {args.out}")
+        return 0
     from transformers.utils import logging as hf_logging
 
     from ..report.mushroom import mushroom_table
@@ -32,7 +49,7 @@ def run_bench(args, cfg) -> int:
 
     hf_logging.disable_progress_bar()
     out = run_mushroom(cfg, args.split, probe=args.probe, data=args.data, force=args.force, seed=args.seed,
-                       bootstrap=args.bootstrap, progress=not args.no_progress)
+                       bootstrap=args.bootstrap, progress=not args.no_progress, exclude_questions=args.exclude_questions)
     record = json.loads(out.read_text())
     t = mushroom_table(record)
     width = max(len(r[0]) for r in t.rows)

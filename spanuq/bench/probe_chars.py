@@ -8,6 +8,9 @@ validity is at least ``v_min``:
 * ``u``        max û over the covering spans;
 * ``u*p``      max p·û (an uncertain detection counts less);
 * ``noisy-or`` 1 − Π (1 − p·û) (independent spans: the chance that any of them is wrong);
+* ``u/max``    û / max û over the answer's kept spans: the answer's most doubtful span scores 1,
+  the others by how close they come to it (a ranking inside the answer; the task's answers
+  were picked to hold an error, so "which part" matters more than "how sure");
 * ``const``    1 on every covered character: the probe's spans without û (an ablation row,
   not a setting of the probe's own row).
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-MAPPINGS = ("u", "u*p", "noisy-or")
+MAPPINGS = ("u", "u*p", "noisy-or", "u/max")
 V_MIN_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
@@ -29,15 +32,17 @@ def probe_chars(result, text_len: int, mapping: str, v_min: float) -> np.ndarray
         return v
     if mapping == "noisy-or":
         keep = np.ones(text_len, dtype=np.float64)
-    for s in result.spans:
-        if s.validity < v_min:
-            continue
+    kept = [s for s in result.spans if s.validity >= v_min]
+    top = max((s.u for s in kept), default=0.0)
+    for s in kept:
         if mapping == "u":
             v[s.start: s.end] = np.maximum(v[s.start: s.end], s.u)
         elif mapping == "u*p":
             v[s.start: s.end] = np.maximum(v[s.start: s.end], s.u * s.validity)
         elif mapping == "noisy-or":
             keep[s.start: s.end] *= 1.0 - s.u * s.validity
+        elif mapping == "u/max":
+            v[s.start: s.end] = np.maximum(v[s.start: s.end], s.u / top if top > 0 else 0.0)
         elif mapping == "const":
             v[s.start: s.end] = 1.0
         else:

@@ -29,6 +29,7 @@ from ..report.mushroom import write_markdown
 from . import controls, ledger
 from .metrics import item_scores, mean_ci
 from .mushroom import MushroomItem, load_split
+from .mushroom_train import leave_out, questions_of
 from .probe_chars import probe_variants, u_seq_chars
 from .select import Method, choose, predictions
 
@@ -113,8 +114,10 @@ def evaluate_methods(methods: list[Method], settings: dict, refs: list[dict], bo
 
 
 def run_mushroom(cfg: Config, split: str, probe: str | None = None, data: list[str] | None = None,
-                 force: bool = False, seed: int = 0, bootstrap: int = 1000, progress: bool = True) -> Path:
-    """Score the split, write the table; returns the JSON file."""
+                 force: bool = False, seed: int = 0, bootstrap: int = 1000, progress: bool = True,
+                 exclude_questions: str | Path | None = None) -> Path:
+    """Score the split, write the table; returns the JSON file.  ``exclude_questions``: a prompt
+    file the probe trained on; answers to its questions are left out (and counted)."""
     from .. import SpanUQ
     from ..score.scorer import resolve_checkpoint
 
@@ -128,6 +131,13 @@ def run_mushroom(cfg: Config, split: str, probe: str | None = None, data: list[s
         chosen = ledger.read_settings(bench_dir, probe_sha)
         read_no = ledger.check_test_read(bench_dir, probe_sha, force)
     items, info = load_split(split, cfg.paths.cache, data)
+    excluded = 0
+    if exclude_questions is not None:
+        kept = leave_out(items, questions_of(exclude_questions))
+        excluded, items = len(items) - len(kept), kept
+        info = {**info, "excluded_questions_of": str(exclude_questions), "n_excluded": excluded}
+        if not items:
+            raise ValueError(f"every {split} answer asks a question of {exclude_questions}: nothing left to score")
     with SpanUQ.load(ckpt, cfg=cfg, threshold=0.0) as uq:
         refs = [x.reference() for x in items]
         results, skipped = score_items(uq, items, progress)
@@ -140,7 +150,7 @@ def run_mushroom(cfg: Config, split: str, probe: str | None = None, data: list[s
         settings = {m.key: choose(m, refs) for m in methods}
         settings_file = ledger.write_settings(bench_dir, probe_sha, {
             "probe": probe_info, "split": "val", "data_sha256": info["sha256"], "n_items": len(items),
-            "seed": seed, "methods": settings})
+            "seed": seed, "n_excluded": excluded, "methods": settings})
     else:
         settings = chosen["methods"]
         settings_file = ledger.settings_path(bench_dir, probe_sha)

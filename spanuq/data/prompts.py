@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 DOMAINS: tuple[str, ...] = get_args(Domain)
 PAPER_N_PROMPTS = 19_994  # the paper's benchmark size (train 17,494 + dev 500 + test 2,000)
 BIO_TEMPLATES = ("Write a biography of {}.", "Tell me a bio of {}.", "Tell me about {}.")
-FILE_COLUMNS = ("id", "domain", "text", "references", "split", "meta")
+FILE_COLUMNS = ("id", "domain", "text", "references", "split", "meta", "response")
 
 
 # ------------------------------------------------------------------ bundled set
@@ -141,12 +141,22 @@ def _row_to_prompt(row: dict[str, Any], where: str, max_chars: int, csv_row: boo
         split = None
     elif split not in SPLITS:
         raise ValueError(f"{where}: split {split!r} is not one of {', '.join(SPLITS)}")
+    response = row.get("response")
+    if response in (None, ""):
+        response = None
+    elif not isinstance(response, str):
+        raise ValueError(f"{where}: `response` must be a string, got {type(response).__name__}")
+    elif not response.strip():
+        raise ValueError(f"{where}: `response` is only whitespace (leave it out to let the backbone answer)")
+    elif len(response) > max_chars:
+        raise ValueError(f"{where}: `response` has {len(response):,} characters, more than the limit of "
+                         f"{max_chars:,} (prompts.max_chars)")
     pid = row.get("id")
     if isinstance(pid, (int, float)) and not isinstance(pid, bool):
         pid = str(pid)
     if pid is not None and not isinstance(pid, str):
         raise ValueError(f"{where}: `id` must be a string, got {type(pid).__name__}")
-    pid = (pid or "").strip() or content_id(text, domain)
+    pid = (pid or "").strip() or content_id(text if response is None else text + "\x1f" + response, domain)
     meta: dict[str, str] = {"source": "file"}
     extra = row.get("meta")
     if isinstance(extra, str) and csv_row and extra.strip().startswith("{"):
@@ -161,7 +171,7 @@ def _row_to_prompt(row: dict[str, Any], where: str, max_chars: int, csv_row: boo
     for k, v in row.items():  # any other column is kept as metadata
         if k not in FILE_COLUMNS and k is not None and v not in (None, ""):
             meta[str(k)] = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-    return Prompt(id=pid, domain=domain, text=text, references=refs, split=split, meta=meta)
+    return Prompt(id=pid, domain=domain, text=text, references=refs, split=split, meta=meta, response=response)
 
 
 def _read_text(path: Path) -> str:
@@ -220,8 +230,10 @@ def load_prompt_file(path: str | Path, max_chars: int = 20_000) -> list[Prompt]:
     Columns/fields: ``text`` (required); ``domain`` (one of the Domain values, default
     ``custom``); ``references`` (JSONL: a list of strings or a string; CSV: alternatives
     separated by ``|``, or a JSON list); ``id`` (default: ``file-<sha1 of domain+text>``);
-    ``split`` (train|dev|test, kept as given); ``meta`` (an object); any other column is
-    kept in ``meta``.  Text may be in any language (UTF-8).
+    ``split`` (train|dev|test, kept as given); ``meta`` (an object); ``response`` (an answer
+    written elsewhere: it is labelled and read teacher-forced instead of the backbone's own
+    answer, and the default id covers it, so one question may come with several answers);
+    any other column is kept in ``meta``.  Text may be in any language (UTF-8).
     """
     path = Path(path)
     suffix = path.suffix.lower()

@@ -219,9 +219,21 @@ def generate_all(cfg: Config, prompts: list[Prompt], generator: Generator | None
                 bar.update(len(idx))
             bar.close()
     # the cached record may have been written for another prompt with the same text
-    gens = [Generation.model_validate(cache.get(k)).model_copy(update={"prompt_id": p.id, "prompt_text": p.text})
-            for k, p in zip(keys, prompts)]
+    gens = [given_answer(tok, Generation.model_validate(cache.get(k)), p) for k, p in zip(keys, prompts)]
     return gens, stats
+
+
+def given_answer(tok, gen: Generation, prompt: Prompt) -> Generation:
+    """``gen`` (cached by the chat prompt's content) as ``prompt``'s record: its id and text, and
+    where the prompt carries its own ``response`` (an answer another system wrote), that answer
+    in place of the greedy one.  The samples stay the backbone's: the teacher then asks whether
+    the backbone would say the given answer's claims again, and the extract stage reads the given
+    answer teacher-forced.  Answers given for the same question share one set of samples."""
+    update = {"prompt_id": prompt.id, "prompt_text": prompt.text}
+    if prompt.response is not None:
+        update |= {"greedy": Sample(text=prompt.response, token_ids=response_token_ids(tok, prompt.response)),
+                   "answer_given": True}
+    return gen.model_copy(update=update)
 
 
 @contextmanager

@@ -38,6 +38,9 @@ class Prompt(_Record):
     references: list[str] = Field(default_factory=list)  # acceptable reference answers
     split: Split | None = None  # assigned by the prompts stage; re-stratified by label
     meta: dict[str, str] = Field(default_factory=dict)  # e.g. {"popularity": "tail", "source": "nq_open"}
+    # an answer written elsewhere (another model, a person): the generate stage reads it
+    # teacher-forced in place of the backbone's greedy answer; the samples still come from the backbone
+    response: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class Sample(BaseModel):
@@ -59,6 +62,8 @@ class Generation(_Record):
     samples: list[Sample]
     decoding: dict[str, float | int | str | None]
     seed: int
+    # `greedy` is the prompt's own `response`, not the backbone's answer
+    answer_given: bool = Field(default=False, exclude_if=lambda v: not v)
 
     @property
     def empty(self) -> bool:
