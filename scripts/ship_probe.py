@@ -56,7 +56,7 @@ def check_config(cfg, paths) -> dict:
     from spanuq.pipeline.files import iter_jsonl
 
     decoding = next(iter_jsonl(paths.generations))["decoding"]
-    n_prompts = sum(1 for _ in iter_jsonl(paths.prompts))
+    n_prompts = sum(1 for r in iter_jsonl(paths.prompts) if (r.get("meta") or {}).get("train_only") != "true")
     said = {"n_samples": cfg.generate.n_samples, "temperature": cfg.generate.temperature, "top_p": cfg.generate.top_p,
             "max_new_tokens": cfg.generate.max_new_tokens}
     wrong = {k: (v, decoding.get(k)) for k, v in said.items() if decoding.get(k) != v}
@@ -82,6 +82,16 @@ def split_sizes(paths) -> dict:
             d["labelled_answers"] += 1
             d["spans"] += len(rec.spans)
     return out
+
+
+def added_to_train(paths) -> dict:
+    """Prompts from ``prompts.add_train`` files (other systems' answers), per file."""
+    from collections import Counter
+
+    from spanuq.pipeline.files import iter_jsonl
+
+    return dict(Counter((r.get("meta") or {}).get("added_from") for r in iter_jsonl(paths.prompts)
+                        if (r.get("meta") or {}).get("train_only") == "true"))
 
 
 def headline(row: dict) -> dict:
@@ -122,6 +132,7 @@ def build_card(cfg, paths, probe_dir: Path, bench: dict | None, n_test: int) -> 
                     "n_parameters": (metrics.get("probe") or {}).get("n_parameters")},
         "calibration": ckpt["calibration"],
         "data": {"prompts": cfg.prompts.model_dump(mode="json"), "splits": split_sizes(paths),
+                 "added_to_train": added_to_train(paths),
                  "test_split_file": "test_split.jsonl"},
         "teacher": {"generate": cfg.generate.model_dump(mode="json", exclude={"api_key_env", "server_url"}),
                     "decoding_recorded": check_config(cfg, paths),

@@ -118,6 +118,9 @@ class PromptsConfig(_Section):
     seed: int = 0
     hub: HubSourcesConfig = Field(default_factory=HubSourcesConfig)  # datasets for source=hub
     max_chars: int = 20_000  # a longer prompt in a user's file is an error
+    # prompt files added to the training split only (answers other systems wrote, more styles:
+    # `spanuq bench mushroom-prompts`); the run's own prompts are chosen and split as without them
+    add_train: list[str] = Field(default_factory=list)
 
 
 class GenerateConfig(_Section):

@@ -549,3 +549,31 @@ def test_hub_dataset_ids_are_params_and_typos_are_errors(repo_root):
     assert load_config(repo_root / "params.yaml", preset="gpu-paper").prompts.n_prompts == PAPER_N_PROMPTS
     with pytest.raises(ValidationError):
         load_config(repo_root / "params.yaml", ["prompts.hub.nq.path=x"])
+
+
+def test_prompts_added_to_train_stay_there_and_leave_the_runs_own_split_unchanged(make_cfg, tmp_path):
+    """`prompts.add_train`: other systems' answers join training only; the run's own prompts
+    are chosen, and later split by the label stage, exactly as without them."""
+    from spanuq.label.stage import assign_label_splits
+    from spanuq.pipeline.records import LabeledResponse
+
+    extra = tmp_path / "others.jsonl"
+    extra.write_text("".join(json.dumps({"id": f"other-{i}", "text": "Who painted Guernica?", "split": "test",
+                                         "response": f"Answer {i}: Picasso."}) + "\n" for i in range(6)))
+    base = ("prompts.n_prompts=40", "prompts.split_fractions={train: 0.6, dev: 0.15, test: 0.25}")
+    without = read_records(run_prompts(make_cfg(*base), progress=False), Prompt)
+    cfg = make_cfg(*base, f"prompts.add_train=[{extra}]")
+    with_added = read_records(run_prompts(cfg, progress=False), Prompt)
+    assert with_added[:40] == without and len(with_added) == 46
+    assert {p.split for p in with_added[40:]} == {"train"}  # the file said test: train only wins
+
+    def labelled(prompts):
+        return [LabeledResponse(prompt_id=p.id, domain=p.domain, split="train", response="x", n_tokens=1, spans=[],
+                                u_seq=(i % 7) / 7) for i, p in enumerate(prompts)]
+
+    a, b = labelled(without), labelled(with_added)
+    assign_label_splits(cfg, a, {p.id: p for p in without})
+    assign_label_splits(cfg, b, {p.id: p for p in with_added})
+    assert [r.split for r in b[:40]] == [r.split for r in a] and {r.split for r in b[40:]} == {"train"}
+    with pytest.raises(ValueError, match="appears twice"):
+        run_prompts(make_cfg(*base, f"prompts.add_train=[{extra},{extra}]"), progress=False)

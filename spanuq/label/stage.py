@@ -11,7 +11,8 @@ An answer whose judge calls failed transiently is not cached: the stage labels
 every other answer, then stops with an error naming the failures, and the next
 run retries only those.
 Splits are assigned here, stratified by domain × u*_seq bin (paper App. D), or
-kept from the prompts stage with ``prompts.split_by: prompts``.
+kept from the prompts stage with ``prompts.split_by: prompts``; prompts added with
+``prompts.add_train`` stay in train, and the run's own prompts split as they would without them.
 """
 from __future__ import annotations
 
@@ -163,13 +164,19 @@ def assign_label_splits(cfg: Config, records: list[LabeledResponse], prompts: di
     """Set each record's split in place (module docstring)."""
     from ..data.splits import assign_splits
 
+    from ..data.prompts import is_train_only
+
     if cfg.prompts.split_by == "prompts":
         for r in records:
             r.split = prompts[r.prompt_id].split or "train"
         return
-    strata = [f"{r.domain}|{u_bin(r.u_seq, cfg.label.uncertainty_bins)}" for r in records]
+    added = [r for r in records if is_train_only(prompts[r.prompt_id])]  # prompts.add_train: always train
+    for r in added:
+        r.split = "train"
+    own = [r for r in records if not is_train_only(prompts[r.prompt_id])]
+    strata = [f"{r.domain}|{u_bin(r.u_seq, cfg.label.uncertainty_bins)}" for r in own]
     target = cfg.prompts.split_sizes or cfg.prompts.split_fractions
-    for r, s in zip(records, assign_splits(records, strata, target, cfg.prompts.seed)):
+    for r, s in zip(own, assign_splits(own, strata, target, cfg.prompts.seed)):
         r.split = s
 
 
