@@ -236,6 +236,14 @@ def test_cli_end_to_end_on_the_fixture(probe_dir, tmp_path, capsys, repo_root):
 
     assert [t.title.split(":")[0] for t in report_tables(bench)] == ["Mu-SHROOM English test split",
                                                                      "Mu-SHROOM English val split"]
+    # a probe trained on other systems' answers to validation questions: those answers are left out
+    others = tmp_path / "others.jsonl"
+    assert main(["bench", "mushroom-prompts", "--data", str(FIXTURE / "mushroom.en-train_nolabel.fixture.jsonl"),
+                 "--out", str(others), *common[-6:]]) == 0
+    assert main(["bench", "mushroom", "--split", "val", "--exclude-questions", str(others), *common]) == 0
+    val = json.loads((bench / "mushroom-val.json").read_text())
+    assert val["n_items"] == 1 and val["data"]["n_excluded"] == 3
+    assert "3 answers left out" in (bench / "mushroom-val.md").read_text()
 
 
 def test_other_systems_answers_become_a_prompt_file_by_question_folds(tmp_path, capsys):

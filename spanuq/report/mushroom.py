@@ -39,6 +39,9 @@ def mushroom_table(record: dict) -> Table:
              f"{record['data'].get('origin')}.",
              f"Leaderboard rows: {src.get('repository')} {', '.join(src.get('files', []))} "
              f"(commit {str(src.get('commit'))[:7]}, {src.get('date')}), computed on the test split."]
+    if record["data"].get("n_excluded"):
+        notes.append(f"{record['data']['n_excluded']} answers left out: their questions are in "
+                     f"{record['data']['excluded_questions_of']}, which the probe trained on (--exclude-questions).")
     if split == "val":
         notes.append("Validation figures are in-sample: every method's settings were chosen to maximise them.")
     else:
