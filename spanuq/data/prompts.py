@@ -342,27 +342,20 @@ def report_path(cfg: Config) -> Path:
     return StagePaths.from_config(cfg).prompts.with_name("prompts_report.json")
 
 
-TRAIN_ONLY = "train_only"  # meta key of a prompt from `prompts.add_train`: the label stage keeps it in train
-
-
-def train_only(pcfg: PromptsConfig) -> list[Prompt]:
+def added_to_train(pcfg: PromptsConfig) -> list[Prompt]:
     """The prompts of the ``prompts.add_train`` files, every one in the training split."""
     out = []
     for f in pcfg.add_train:
         for p in load_prompt_file(f, pcfg.max_chars):
-            out.append(p.model_copy(update={"split": "train", "meta": {**p.meta, TRAIN_ONLY: "true",
+            out.append(p.model_copy(update={"split": "train", "meta": {**p.meta, "train_only": "true",
                                                                         "added_from": str(f)}}))
     return out
-
-
-def is_train_only(p: Prompt) -> bool:
-    return p.meta.get(TRAIN_ONLY) == "true"
 
 
 def run_prompts(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: write ``data/prompts.jsonl`` and ``data/prompts_report.json``."""
     pcfg = cfg.prompts
-    prompts = with_splits(build_prompts(pcfg, progress=progress), pcfg) + train_only(pcfg)
+    prompts = with_splits(build_prompts(pcfg, progress=progress), pcfg) + added_to_train(pcfg)
     seen: dict[str, str] = {}
     for p in prompts:
         if p.id in seen:

@@ -164,16 +164,14 @@ def assign_label_splits(cfg: Config, records: list[LabeledResponse], prompts: di
     """Set each record's split in place (module docstring)."""
     from ..data.splits import assign_splits
 
-    from ..data.prompts import is_train_only
-
     if cfg.prompts.split_by == "prompts":
         for r in records:
             r.split = prompts[r.prompt_id].split or "train"
         return
-    added = [r for r in records if is_train_only(prompts[r.prompt_id])]  # prompts.add_train: always train
+    added = [r for r in records if prompts[r.prompt_id].train_only]  # prompts.add_train: always train
     for r in added:
         r.split = "train"
-    own = [r for r in records if not is_train_only(prompts[r.prompt_id])]
+    own = [r for r in records if not prompts[r.prompt_id].train_only]
     strata = [f"{r.domain}|{u_bin(r.u_seq, cfg.label.uncertainty_bins)}" for r in own]
     target = cfg.prompts.split_sizes or cfg.prompts.split_fractions
     for r, s in zip(own, assign_splits(own, strata, target, cfg.prompts.seed)):

@@ -42,6 +42,11 @@ class Prompt(_Record):
     # teacher-forced in place of the backbone's greedy answer; the samples still come from the backbone
     response: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
+    @property
+    def train_only(self) -> bool:
+        """Added by ``prompts.add_train``: the label stage keeps it in the training split."""
+        return self.meta.get("train_only") == "true"
+
 
 class Sample(BaseModel):
     """One decoded response."""
