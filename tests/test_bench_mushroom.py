@@ -276,3 +276,8 @@ def test_other_systems_answers_become_a_prompt_file_by_question_folds(tmp_path, 
     capsys.readouterr()
     assert main(["bench", "mushroom-prompts", "--data", str(src), "--out", str(out), "--fold", "half"]) == 2
     assert "--fold must look like 0/2" in capsys.readouterr().err
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"lang": "EN", "model_input": "Caf\xe9?"}\n')
+    with pytest.raises(ValueError, match="latin1.jsonl: cannot read as UTF-8"):
+        unlabelled_prompts(tmp_path / "latin1.jsonl")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        unlabelled_prompts(tmp_path / "nope.jsonl")

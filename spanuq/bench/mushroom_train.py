@@ -48,8 +48,17 @@ def parse_fold(spec: str | None) -> tuple[int, int] | None:
 
 def unlabelled_prompts(path: str | Path, fold: tuple[int, int] | None = None) -> list[dict]:
     """Prompt-file rows of the English unlabelled train file (answers to the questions of ``fold``)."""
+    try:
+        return _rows(Path(path), fold)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: cannot read as UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _rows(path: Path, fold: tuple[int, int] | None) -> list[dict]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file (the English unlabelled train file of {SOURCE})")
     rows = []
-    for n, rec in enumerate(iter_jsonl(Path(path)), 1):
+    for n, rec in enumerate(iter_jsonl(path), 1):
         if str(rec.get("lang", "")).upper() != "EN":
             continue
         q, a = rec.get("model_input"), rec.get("model_output_text")
