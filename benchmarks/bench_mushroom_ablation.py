@@ -36,7 +36,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def parse_row(spec: str) -> tuple[str, list[tuple[str, str | None]]]:
-    name, _, probes = spec.partition("=")
+    name, _, probes = spec.rpartition("=")  # the name may hold "=" ("S = 7"), a path seldom does
     if not probes:
         raise SystemExit(f"--row {spec!r}: expected NAME=PROBE[@PROMPTS][,PROBE@PROMPTS...]")
     out = []
