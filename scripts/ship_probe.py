@@ -53,10 +53,11 @@ def test_rows(paths) -> list[dict]:
 def check_config(cfg, paths) -> dict:
     """The run's decoding, as its generations recorded it; a config that disagrees with the run
     (not the -p/--preset/-o it was made with) stops the script, so the card cannot misstate the teacher."""
-    from spanuq.pipeline.files import iter_jsonl
+    from spanuq.pipeline.files import iter_jsonl, read_records
+    from spanuq.pipeline.records import Prompt
 
     decoding = next(iter_jsonl(paths.generations))["decoding"]
-    n_prompts = sum(1 for r in iter_jsonl(paths.prompts) if (r.get("meta") or {}).get("train_only") != "true")
+    n_prompts = sum(1 for p in read_records(paths.prompts, Prompt) if not p.train_only)
     said = {"n_samples": cfg.generate.n_samples, "temperature": cfg.generate.temperature, "top_p": cfg.generate.top_p,
             "max_new_tokens": cfg.generate.max_new_tokens}
     wrong = {k: (v, decoding.get(k)) for k, v in said.items() if decoding.get(k) != v}
@@ -88,10 +89,10 @@ def added_to_train(paths) -> dict:
     """Prompts from ``prompts.add_train`` files (other systems' answers), per file."""
     from collections import Counter
 
-    from spanuq.pipeline.files import iter_jsonl
+    from spanuq.pipeline.files import read_records
+    from spanuq.pipeline.records import Prompt
 
-    return dict(Counter((r.get("meta") or {}).get("added_from") for r in iter_jsonl(paths.prompts)
-                        if (r.get("meta") or {}).get("train_only") == "true"))
+    return dict(Counter(p.meta.get("added_from") for p in read_records(paths.prompts, Prompt) if p.train_only))
 
 
 def headline(row: dict) -> dict:

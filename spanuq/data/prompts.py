@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from ..config import Config, PromptsConfig
 from ..pipeline.files import write_json, write_jsonl
 from ..pipeline.paths import StagePaths
-from ..pipeline.records import Domain, Prompt
+from ..pipeline.records import TRAIN_ONLY, Domain, Prompt
 from .mix import counts, mix, stratified_order
 from .splits import SPLITS, assign_splits
 
@@ -347,7 +347,7 @@ def added_to_train(pcfg: PromptsConfig) -> list[Prompt]:
     out = []
     for f in pcfg.add_train:
         for p in load_prompt_file(f, pcfg.max_chars):
-            out.append(p.model_copy(update={"split": "train", "meta": {**p.meta, "train_only": "true",
+            out.append(p.model_copy(update={"split": "train", "meta": {**p.meta, TRAIN_ONLY: "true",
                                                                         "added_from": str(f)}}))
     return out
 

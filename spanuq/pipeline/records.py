@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
+TRAIN_ONLY = "train_only"  # Prompt.meta key of a prompt from `prompts.add_train`
 
 Domain = Literal["biography", "longform_qa", "triviaqa", "eli5", "felm", "custom"]
 Split = Literal["train", "dev", "test"]
@@ -45,7 +46,7 @@ class Prompt(_Record):
     @property
     def train_only(self) -> bool:
         """Added by ``prompts.add_train``: the label stage keeps it in the training split."""
-        return self.meta.get("train_only") == "true"
+        return self.meta.get(TRAIN_ONLY) == "true"
 
 
 class Sample(BaseModel):
