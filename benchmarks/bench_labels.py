@@ -85,6 +85,8 @@ def main() -> None:
     ap.add_argument("--partial", nargs="+", type=float, default=[1.0])
     ap.add_argument("--threshold", nargs="+", type=float, default=[None],
                     help="label.embedding_threshold values (default: params.yaml's)")
+    ap.add_argument("--omission", nargs="+", default=[None], choices=["against", "abstain", None],
+                    help="label.omission values (default: params.yaml's)")
     ap.add_argument("--bootstrap", type=int, default=500)
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
@@ -101,16 +103,18 @@ def main() -> None:
     aligner = make_aligner(base.label)
     memoize_text_models(aligner)
     rows = []
-    print("| run | S | budget | partial | close ≥ | answers | spans | below 0.5 | tie | truth AUROC [95% CI] | correct/wrong | "
+    print("| run | S | budget | partial | close ≥ | omission | answers | spans | below 0.5 | tie | truth AUROC [95% CI] | correct/wrong | "
           "sample tokens/prompt | truncated |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for data in args.data:
         prompts = {p.id: p for p in read_records(data / "prompts.jsonl", Prompt)}
         gens = read_records(data / base.backbone.name / "generations.jsonl", Generation)
         decoding = gens[0].decoding
-        for s, b, partial, thr in itertools.product(args.samples, args.budget, args.partial, args.threshold):
+        for s, b, partial, thr, om in itertools.product(args.samples, args.budget, args.partial, args.threshold,
+                                                         args.omission):
             thr = base.label.embedding_threshold if thr is None else thr
-            cfg = base.label.model_copy(update={"partial_support": partial, "embedding_threshold": thr})
+            om = om or base.label.omission
+            cfg = base.label.model_copy(update={"partial_support": partial, "embedding_threshold": thr, "omission": om})
             aligner.threshold = getattr(aligner, "base", aligner).threshold = thr
             lab = OfflineLabeller(cfg, aligner)
             u, truth, tokens, trunc, nsamp = [], [], 0, 0, 0
@@ -126,7 +130,7 @@ def main() -> None:
             tc = truth_check(truth, 0.5, args.bootstrap)
             auc = tc["auroc"]
             row = {"run": f"{data}", "T": decoding.get("temperature"), "S": s, "budget": b, "partial": partial,
-                   "threshold": thr,
+                   "threshold": thr, "omission": om,
                    "answers": len(gens), "spans": len(u), "below": float((~is_positive(u)).mean()),
                    "tie": int(np.isclose(u, 0.5).sum()), "truth_auroc": auc.get("value"), "truth_ci": auc.get("ci"),
                    "correct": tc["correct"], "wrong": tc["wrong"], "u_correct": tc["u_correct"]["mean"],
@@ -135,7 +139,7 @@ def main() -> None:
             rows.append(row)
             ci = f" [{auc['ci'][0]:.2f}, {auc['ci'][1]:.2f}]" if auc.get("ci") else ""
             val = f"{auc['value']:.3f}{ci}" if auc.get("value") is not None else "—"
-            print(f"| T={row['T']} {data.name} | {s} | {b} | {partial:g} | {thr:g} | {len(gens)} | {len(u)} | "
+            print(f"| T={row['T']} {data.name} | {s} | {b} | {partial:g} | {thr:g} | {om} | {len(gens)} | {len(u)} | "
                   f"{row['below']:.1%} | {row['tie']} | {val} | {tc['correct']}/{tc['wrong']} | "
                   f"{row['tokens_per_prompt']:.0f} | {row['truncated']:.0%} |", flush=True)
     if args.json:

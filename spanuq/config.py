@@ -194,6 +194,9 @@ class LabelConfig(_Section):
     term_min_score: float = 85.0  # offline: fuzzy score for a key entity/number to count as present in a sample
     use_references: bool = True  # offline: check answer-like spans against the prompt's reference answers
     partial_support: float = 1.0  # offline: support_s when only one signal holds (key term in s, said in another context)
+    # offline: a sample that says nothing about a claim (no key term, no sentence near it even before
+    # the key-term gate) votes against it (`against`, the paper's Eq. 11) or abstains (`abstain`)
+    omission: Literal["against", "abstain"] = "against"
     device: str = "auto"  # embedding / NLI model device
 
 

@@ -174,6 +174,23 @@ def test_a_sample_that_reaches_a_claim_is_never_an_abstention(offline, tok):
     assert london.u == pytest.approx(2 / 3)
 
 
+def test_a_silent_sample_abstains_when_omissions_do_not_count_against(offline, tok):
+    """`label.omission: abstain`: a sample that says nothing about a claim (no key term, no sentence
+    near it) abstains; one that speaks of it with another value still votes against."""
+    p = Prompt(id="al", domain="biography", text="Tell me a bio of Ada Lovelace.")
+    greedy = "Ada Lovelace was born in 1815 in London."
+    g = generation(tok, "al", greedy, ["Ada Lovelace was born in 1815 in London.",
+                                       "Ada Lovelace was born in 1820 in London.",
+                                       "Lovelace wrote the first published algorithm for an engine."])
+    paper = {greedy[c.start:c.end]: c for c in offline.label(g, p).claims}["1815"]
+    assert paper.support == [1.0, 0.0, 0.0]  # Eq. 11: silence counts against
+    from spanuq.label.offline import OfflineLabeller
+
+    abstain = OfflineLabeller(offline.cfg.model_copy(update={"omission": "abstain"}), offline.aligner, offline.nlp)
+    year = {greedy[c.start:c.end]: c for c in abstain.label(g, p).claims}["1815"]
+    assert year.support == [1.0, 0.0] and year.u == 0.5 and "abstained:1" in year.evidence
+
+
 def test_the_tie_at_the_positive_threshold_counts_as_wrong(offline, tok):
     """u* = 0.5 (half the voters back the claim) is a positive, in the metrics and the label report."""
     from spanuq.metrics.uq import is_positive, negatives, span_metrics

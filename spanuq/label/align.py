@@ -135,13 +135,15 @@ class KeyTermAligner:
         self.threshold = base.threshold
 
     def scores(self, claims: list[str], candidates: list[str], context: str = "",
-               terms: list[tuple[str, ...] | None] | None = None) -> np.ndarray:
-        """``terms[k]``: the key terms claim k must find in a candidate (None: those of its text)."""
+               terms: list[tuple[str, ...] | None] | None = None, with_raw: bool = False):
+        """``terms[k]``: the key terms claim k must find in a candidate (None: those of its text).
+        ``with_raw``: also return the base scores before the gate."""
         from .terms import TextIndex, key_terms, terms_agree
 
-        s = np.array(self.base.scores(claims, candidates, context), dtype=np.float32, copy=True)
+        raw = np.array(self.base.scores(claims, candidates, context), dtype=np.float32)
+        s = raw.copy()
         if not claims or not candidates:
-            return s
+            return (s, raw) if with_raw else s
         given = terms or [None] * len(claims)
         todo = [k for k, tk in enumerate(given) if tk is None]
         found = dict(zip(todo, (key_terms(doc, context) for doc in self.nlp.pipe([claims[k] for k in todo]))))
@@ -150,7 +152,7 @@ class KeyTermAligner:
         for k, tk in enumerate(terms):
             if tk:
                 s[k] *= np.array([terms_agree(tk, ix) for ix in index], dtype=np.float32)
-        return s
+        return (s, raw) if with_raw else s
 
 
 def make_aligner(cfg: LabelConfig) -> Aligner:

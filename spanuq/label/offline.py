@@ -27,7 +27,11 @@ and no Wikipedia dump.  For one greedy answer with S samples:
    a claim it does not back and never reached (the claim starts, in the greedy
    answer, after as many characters as the whole sample has): it had no room to
    say it, so it is no evidence against it.  A claim on which every sample
-   abstains is dropped.
+   abstains is dropped.  A sample that says nothing about a claim at all (no key
+   term, no sentence near it even before the key-term gate) votes against it, as in
+   the paper; ``label.omission: abstain`` makes it abstain instead — measured, that
+   lowers the truth check (`truth.py`) from 0.846 to 0.772 at S = 7: a model that
+   goes quiet about a claim when asked again is itself a sign the claim is wrong.
 3. **Verification against references** (bundled prompts carry acceptable
    answers).  A claim whose anchor matches a reference answer is verified
    correct, so its support stays the sample agreement.  For factoid domains
@@ -95,9 +99,14 @@ def abstains(sample: Sample, claim_start: int) -> bool:
     return sample.finish_reason == "length" and claim_start >= len(sample.text)
 
 
-def vote(support: list[float], samples: list[Sample], claim_start: int) -> tuple[list[float], int]:
-    """The votes of the samples that do not abstain (module docstring), and the abstentions."""
-    votes = [x for x, s in zip(support, samples) if x > 0 or not abstains(s, claim_start)]
+def vote(support: list[float], samples: list[Sample], claim_start: int,
+         silent: list[bool] | None = None) -> tuple[list[float], int]:
+    """The votes of the samples that do not abstain (module docstring), and the abstentions.
+
+    ``silent[s]``: sample s says nothing about the claim (``label.omission: abstain``); a silent
+    sample that does not back the claim abstains like a truncated one."""
+    silent = silent or [False] * len(support)
+    votes = [x for x, s, q in zip(support, samples, silent) if x > 0 or not (q or abstains(s, claim_start))]
     return votes, len(support) - len(votes)
 
 
@@ -182,7 +191,7 @@ class OfflineLabeller:
         # a named or numeric claim must find its own term in the sentence; a chunk claim every
         # number and name of its clause (`KeyTermAligner`)
         own_terms = [u.terms if u.kind in ("entity", "number") else None for u in units]
-        close = self._closeness([u.text for u in units], sentences, prompt.text, own_terms)  # (K, S) bool
+        close, near = self._closeness([u.text for u in units], sentences, prompt.text, own_terms)  # (K, S) bool
         indexes = [TextIndex(s) for s in samples]
         refs = [r for r in prompt.references if r.strip()]
         # the slots' verdicts: applied to the labels only with use_references, always kept for the truth check
@@ -192,14 +201,16 @@ class OfflineLabeller:
         for k, u in enumerate(units):
             support = [term_support(u, ix, bool(close[k, s]), self.cfg.term_min_score, self.cfg.partial_support)
                        for s, ix in enumerate(indexes)]
-            blind, abstained = vote(support, gen_samples, u.start)  # self-consistency alone
+            silent = ([not (near[k, s] or any(ix.contains(t, self.cfg.term_min_score) for t in u.terms))
+                       for s, ix in enumerate(indexes)] if self.cfg.omission == "abstain" else None)
+            blind, abstained = vote(support, gen_samples, u.start, silent)  # self-consistency alone
             verdict = verdicts.get(k) if self.cfg.use_references else None
             if verdict == "mismatch":
                 votes, abstained = [0.0] * len(samples), 0
             elif verdict == "match":  # a sample naming any accepted answer makes the same, correct claim
                 support = [1.0 if any(ix.contains(r, self.cfg.term_min_score) for r in refs) else x
                            for x, ix in zip(support, indexes)]
-                votes, abstained = vote(support, gen_samples, u.start)
+                votes, abstained = vote(support, gen_samples, u.start, silent)
             else:
                 votes = blind
             stats["abstentions"] += abstained
@@ -220,19 +231,23 @@ class OfflineLabeller:
         return LabelResult(claims, "ok" if claims else "no_claims", stats=stats, truth=truth)
 
     def _closeness(self, claims: list[str], sentences: list[list[str]], context: str = "",
-                   terms: list | None = None) -> np.ndarray:
-        """(K, S): is some sentence of sample s close to claim k (aligner score ≥ threshold)?"""
+                   terms: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Two (K, S) masks: is some sentence of sample s close to claim k (aligner score ≥
+        threshold), and is one *near* it before the key-term gate (the sample speaks of the
+        claim, whatever it says: ``label.omission``)?"""
         flat = [t for sent in sentences for t in sent]
         out = np.zeros((len(claims), len(sentences)), dtype=bool)
+        near = out.copy()
         if not flat:
-            return out
+            return out, near
         if terms is not None and hasattr(self.aligner, "nlp"):
-            scores = self.aligner.scores(claims, flat, context, terms)
+            scores, raw = self.aligner.scores(claims, flat, context, terms, with_raw=True)
         else:
-            scores = self.aligner.scores(claims, flat, context)
+            scores = raw = self.aligner.scores(claims, flat, context)
         col = 0
         for s, sent in enumerate(sentences):
             if sent:
                 out[:, s] = scores[:, col: col + len(sent)].max(axis=1) >= self.aligner.threshold
+                near[:, s] = raw[:, col: col + len(sent)].max(axis=1) >= self.aligner.threshold
             col += len(sent)
-        return out
+        return out, near
