@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--backends", default="server,hf,vllm")
+    ap.add_argument("--backends", default="llamacpp,server,hf,vllm")
     ap.add_argument("--pipeline", action="store_true", help="time the default prompts+generate stages too")
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
@@ -67,7 +67,7 @@ def main() -> None:
             print(f"{backend:>7}: skipped (needs a CUDA GPU and `pip install 'spanuq[gpu]'`)")
             continue
         r = bench(load_config(REPO / "params.yaml", over), args.prompts, args.samples)
-        label = "llama.cpp server" if backend == "server" else backend
+        label = {"server": "llama.cpp server", "llamacpp": "llama.cpp in-process, batched"}.get(backend, backend)
         print(f"{backend:>7}: greedy {r['greedy_tok_s']:6.1f} tok/s ({r['greedy_s_per_prompt']:.2f} s/prompt); "
               f"{args.samples} samples {r['sample_tok_s']:6.1f} tok/s ({r['samples_s_per_prompt']:.2f} s/prompt)  [{label}]")
     if args.pipeline:

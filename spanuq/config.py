@@ -126,7 +126,7 @@ class PromptsConfig(_Section):
 class GenerateConfig(_Section):
     """Greedy primary answer + S samples (paper §4.1)."""
 
-    backend: Literal["auto", "hf", "server", "vllm"] = "hf"
+    backend: Literal["auto", "hf", "llamacpp", "server", "vllm"] = "hf"
     n_samples: int = 5
     max_new_tokens: int = 64  # the greedy answer's budget: large enough that answers end on their own
     # the samples' budget (None: max_new_tokens).  A sample cut off by it abstains on the claims it
@@ -146,6 +146,12 @@ class GenerateConfig(_Section):
     # None = one per CPU core, at most 4 (2 cores: 95-133 tok/s vs 69 for one server, same load)
     server_processes: int | None = None
     server_threads: int | None = None  # threads per launched server; None: the cores left per server (>= 1)
+    # backend=llamacpp: the shipped GGUF in-process, this many sequences decoded together (a
+    # prompt's greedy answer or S samples, several prompts), each with up to llamacpp_ctx tokens
+    # (prompt + answer); threads None = one per core
+    llamacpp_slots: int = 16
+    llamacpp_ctx: int = 1024
+    llamacpp_threads: int | None = None
     server_url: str = "http://127.0.0.1:8080/v1"
     server_model: str | None = None
     api_key_env: str | None = None  # name of the env var holding the key

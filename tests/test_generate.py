@@ -224,6 +224,62 @@ def _cmdline(proc) -> str:
         return ""
 
 
+def test_in_process_llama_cpp_decodes_a_prompts_answer_and_samples_together(make_cfg, tmp_path):
+    """``backend=llamacpp``: the shipped GGUF in this process, every sequence of a batch decoded
+    together.  Four slots for 3 prompts x (1 greedy + 3 samples) = 12 sequences: a prompt's later
+    samples start from a copy of a running sibling's KV cut back to the prompt.  Seeded samples
+    repeat; greedy answers start as a one-slot run's do (float sums differ with the batch)."""
+    pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
+    base = ["generate.backend=llamacpp", "generate.n_samples=3", "generate.max_new_tokens=24",
+            "generate.sample_max_new_tokens=12", "generate.llamacpp_ctx=256"]
+    cfg = make_cfg(*base, "generate.llamacpp_slots=4")
+    gens, stats = generate_all(cfg, PROMPTS, cache_dir=tmp_path / "a", progress=False)
+    assert stats["backend"] == "llamacpp" and stats["generated"] == 3
+    for g in gens:
+        assert g.greedy.text and len(g.samples) == 3 and g.decoding["backend"] == "llamacpp"
+        assert all(len(s.token_ids) <= 13 for s in g.samples)
+        assert len({s.text for s in g.samples}) > 1 or not g.samples[0].text  # samples, not three greedy copies
+    again, _ = generate_all(cfg, PROMPTS, cache_dir=tmp_path / "b", progress=False)
+    assert [[s.text for s in g.samples] for g in again] == [[s.text for s in g.samples] for g in gens]
+    one, _ = generate_all(make_cfg(*base, "generate.llamacpp_slots=1"), PROMPTS, cache_dir=tmp_path / "c",
+                          progress=False)
+    assert [g.greedy.text.split()[:3] for g in one] == [g.greedy.text.split()[:3] for g in gens]
+
+
+def test_in_process_llama_cpp_stops_on_stop_strings_and_refuses_a_prompt_too_long(make_cfg):
+    pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
+    from spanuq.generate.llamacpp import LlamaCppGenerator
+    from spanuq.llm.loading import chat_prompt, load_tokenizer
+
+    cfg = make_cfg("generate.backend=llamacpp", "generate.max_new_tokens=48", "generate.llamacpp_ctx=128",
+                   "generate.llamacpp_slots=2", "generate.stop=[' the ', ' The ']")
+    tok = load_tokenizer(cfg)
+    chats = [chat_prompt(tok, p.text, cfg.backbone.system_prompt) for p in PROMPTS[:2]]
+    long_chat = chat_prompt(tok, "Why? " * 200, cfg.backbone.system_prompt)
+    gen = LlamaCppGenerator(cfg)
+    try:
+        out = gen.greedy(chats + [long_chat])
+    finally:
+        gen.close()
+    assert all(" the " not in c.text and " The " not in c.text for c in out[:2])
+    assert any(c.finish_reason == "stop" and len(tok(c.text).input_ids) < 48 for c in out[:2])
+    assert out[2].finish_reason == "error" and "does not fit the 128-token context" in out[2].error
+
+
+def test_in_process_llama_cpp_that_cannot_run_here_is_an_error_not_a_dead_stage(make_cfg, tmp_path):
+    """The build is proved in a child process first: a GGUF (or build) that kills llama.cpp
+    kills the child, and this process raises with how it ended."""
+    pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
+    import os
+
+    from spanuq.generate.llamacpp import LlamaCppGenerator
+
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + os.urandom(256))
+    with pytest.raises(RuntimeError, match=r"(?s)cannot run the installed llama.cpp build.*generate.backend=hf"):
+        LlamaCppGenerator(make_cfg("generate.backend=llamacpp"), model_path=broken)
+
+
 def _cached(cache, cfg, prompt) -> bool:
     from spanuq.generate.stage import decoding_settings
     from spanuq.llm.loading import chat_prompt, load_tokenizer

@@ -26,3 +26,13 @@ class Generator(Protocol):
     def sample(self, prompts: list[str], n: int, seeds: list[int]) -> list[list[Completion]]: ...
 
     def close(self) -> None: ...
+
+
+def greedy_and_samples(gen: Generator, prompts: list[str], n: int,
+                       seeds: list[int]) -> tuple[list[Completion], list[list[Completion]]]:
+    """Each prompt's greedy answer and its ``n`` samples: in one pass where the backend decodes
+    them together (``llamacpp``), else the greedy answers, then the samples."""
+    both = getattr(gen, "greedy_and_samples", None)
+    if both is not None:
+        return both(prompts, n, seeds)
+    return gen.greedy(prompts), gen.sample(prompts, n, seeds)

@@ -22,7 +22,7 @@ from ..pipeline.cache import ItemCache, content_hash
 from ..pipeline.files import read_records, write_json, write_jsonl
 from ..pipeline.paths import StagePaths
 from ..pipeline.records import Generation, Prompt, Sample
-from .base import Completion, Generator
+from .base import Completion, Generator, greedy_and_samples
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,10 @@ def make_generator(cfg: Config, server=None) -> Generator:
         from .hf import HFGenerator
 
         return HFGenerator(cfg)
+    if kind == "llamacpp":
+        from .llamacpp import LlamaCppGenerator
+
+        return LlamaCppGenerator(cfg)
     if kind == "server":
         from .server import ServerGenerator
 
@@ -203,9 +207,8 @@ def generate_all(cfg: Config, prompts: list[Prompt], generator: Generator | None
             for s in range(0, len(todo), bs):
                 idx = todo[s:s + bs]
                 t0 = time.perf_counter()
-                greedy = gen.greedy([chats[i] for i in idx])
                 seeds = [prompt_seed(cfg.generate.seed, prompts[i].id) for i in idx]
-                samples = gen.sample([chats[i] for i in idx], cfg.generate.n_samples, seeds)
+                greedy, samples = greedy_and_samples(gen, [chats[i] for i in idx], cfg.generate.n_samples, seeds)
                 stats["generate_seconds"] += time.perf_counter() - t0
                 for j, i in enumerate(idx):
                     rec = Generation(
