@@ -20,7 +20,7 @@ def test_presets_merge_over_the_base_and_overrides_win(repo_root):
     cfg = load_config(repo_root / "params.yaml", ["train.lr=0.5"], preset="gpu-paper")
     assert cfg.probe.d_proj == 512 and cfg.generate.n_samples == 20 and cfg.train.lr == 0.5
     full = load_config(repo_root / "params.yaml", ["preset=cpu-full"])
-    assert full.prompts.n_prompts == 1499 and full.generate.backend == "server" and full.generate.n_samples == 7
+    assert full.prompts.n_prompts == 1499 and full.generate.backend == "llamacpp" and full.generate.n_samples == 7
     assert full.generate.temperature == load_config(repo_root / "params.yaml").generate.temperature  # one teacher
 
 

@@ -50,11 +50,14 @@ def _env() -> dict:
 
 
 @pytest.mark.server
-def test_killing_dvc_repro_during_generation_then_rerunning_resumes(repo_root, tmp_path):
+@pytest.mark.parametrize("backend", ["llamacpp", "server"])
+def test_killing_dvc_repro_during_generation_then_rerunning_resumes(repo_root, tmp_path, backend):
+    """Killed like an OOM kill half-way through generation (the default in-process llama.cpp, and
+    the launched servers, which must not outlive the stage): the re-run generates only the rest."""
     pytest.importorskip("llama_cpp")
     repo = _copy_repo(repo_root, tmp_path / "repo", {
         "prompts.n_prompts": 6, "generate.n_samples": 2, "generate.max_new_tokens": 16,
-        "generate.batch_size": 1,
+        "generate.batch_size": 1, "generate.backend": backend,
     })
     cache = repo / ".cache/spanuq/smollm2-135m/generate"
     proc = subprocess.Popen([str(BIN / "dvc"), "repro", "generate"], cwd=repo, env=_env(),
@@ -63,7 +66,8 @@ def test_killing_dvc_repro_during_generation_then_rerunning_resumes(repo_root, t
     while time.monotonic() < deadline and len(list(cache.glob("*/*.json"))) < 2:
         assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
         time.sleep(0.2)
-    assert _llama_servers_in(repo), "the generate stage should be running its llama.cpp server"
+    if backend == "server":
+        assert _llama_servers_in(repo), "the generate stage should be running its llama.cpp server"
     os.killpg(proc.pid, signal.SIGKILL)  # like an OOM kill: no clean-up code runs
     proc.wait()
     deadline = time.monotonic() + 15
@@ -78,6 +82,7 @@ def test_killing_dvc_repro_during_generation_then_rerunning_resumes(repo_root, t
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads((repo / "data/smollm2-135m/generate_report.json").read_text())
     assert report["cached"] >= done_before and report["cached"] + report["generated"] == 6
+    assert report["backend"] == backend
     lines = (repo / "data/smollm2-135m/generations.jsonl").read_text().splitlines()
     assert len(lines) == 6
 
