@@ -148,9 +148,10 @@ class GenerateConfig(_Section):
     server_threads: int | None = None  # threads per launched server; None: the cores left per server (>= 1)
     # backend=llamacpp: the shipped GGUF in-process, this many sequences decoded together (a
     # prompt's greedy answer or S samples, several prompts), each with up to llamacpp_ctx tokens
-    # (prompt + answer); threads None = one per core
+    # (prompt + answer; None: the larger budget + 768 for the prompt, rounded up to 256 — 1024 for
+    # the default's 128); threads None = one per core
     llamacpp_slots: int = 16
-    llamacpp_ctx: int = 1024
+    llamacpp_ctx: int | None = None
     llamacpp_threads: int | None = None
     server_url: str = "http://127.0.0.1:8080/v1"
     server_model: str | None = None

@@ -266,6 +266,13 @@ def test_in_process_llama_cpp_stops_on_stop_strings_and_refuses_a_prompt_too_lon
     assert out[2].finish_reason == "error" and "does not fit the 128-token context" in out[2].error
 
 
+def test_a_sequences_context_follows_the_answer_budget_unless_set():
+    from spanuq.generate.llamacpp import context_per_sequence
+
+    assert context_per_sequence(128, 128) == 1024  # the default: 128 new tokens + room for the prompt
+    assert context_per_sequence(2048, 64) == 2816  # a longer budget gets a longer context
+
+
 def test_in_process_llama_cpp_that_cannot_run_here_is_an_error_not_a_dead_stage(make_cfg, tmp_path):
     """The build is proved in a child process first: a GGUF (or build) that kills llama.cpp
     kills the child, and this process raises with how it ended."""

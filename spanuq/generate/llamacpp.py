@@ -37,6 +37,13 @@ from .hf import sample_seeds
 TOP_K, MIN_P, REPEAT_PENALTY, PENALTY_LAST_N = 40, 0.05, 1.1, 64
 
 
+def context_per_sequence(max_new_tokens: int, sample_max_new_tokens: int | None, prompt_room: int = 768) -> int:
+    """A sequence's KV budget when ``generate.llamacpp_ctx`` is not set: the larger answer budget
+    plus room for the prompt, rounded up to 256 (attention costs what a stream holds, so no more)."""
+    need = max(max_new_tokens, sample_max_new_tokens or 0) + prompt_room
+    return -(-need // 256) * 256
+
+
 @dataclass
 class _Request:
     """A prompt and the sequences still to start on it: ``(index, temperature, seed, max new tokens)``."""
@@ -84,7 +91,7 @@ class LlamaCppGenerator:
         self.model_path = str(model_path)
         self.slots = max(1, g.llamacpp_slots)
         self.threads = g.llamacpp_threads or os.cpu_count() or 1
-        self.ctx_per_seq = g.llamacpp_ctx
+        self.ctx_per_seq = g.llamacpp_ctx or context_per_sequence(g.max_new_tokens, g.sample_max_new_tokens)
         if prove:
             prove_in_child(self.model_path)
         self.L = L
