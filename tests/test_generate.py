@@ -259,8 +259,10 @@ def test_in_process_llama_cpp_stops_on_stop_strings_and_refuses_a_prompt_too_lon
     gen = LlamaCppGenerator(cfg)
     try:
         out = gen.greedy(chats + [long_chat])
+        again = gen.greedy(chats[::-1])  # each call starts from empty KV streams, whatever ran before
     finally:
         gen.close()
+    assert [c.text for c in again] == [c.text for c in out[:2]][::-1]
     assert all(" the " not in c.text and " The " not in c.text for c in out[:2])
     assert any(c.finish_reason == "stop" and len(tok(c.text).input_ids) < 48 for c in out[:2])
     assert out[2].finish_reason == "error" and "does not fit the 128-token context" in out[2].error

@@ -193,43 +193,50 @@ class LlamaCppGenerator:
         waiting = [r for r in range(len(reqs)) if reqs[r].todo]
         free = list(range(self.slots))
         active: list[_Seq] = []
-        while waiting or active:
-            # start waiting sequences in the free slots
-            prefill: list[_Seq] = []
-            copies: list[tuple[_Seq, _Seq]] = []
-            while waiting and free:
-                r = waiting[0]
-                req = reqs[r]
-                j, t, seed, max_new = req.todo.pop(0)
-                if not req.todo:
-                    waiting.pop(0)
-                q = _Seq(r, j, free.pop(0), self._sampler(t, seed), pos=len(req.tokens) - 1,
-                         pending=req.tokens[-1], max_new=max_new)
-                if req.live:
-                    copies.append((req.live[0], q))
-                else:
-                    prefill.append(q)
-                req.live.append(q)
-            self._prefill(prefill, reqs)
-            for src, dst in copies:  # after the prefill: a copy may read a prompt decoded just now
-                L.llama_memory_seq_cp(self.mem, src.slot, dst.slot, -1, -1)  # whole streams only across streams
-                L.llama_memory_seq_rm(self.mem, dst.slot, dst.pos, -1)  # keep the prompt but its last token
-            active += prefill + [d for _, d in copies]
-            # one token for every active sequence, in slot order (llama.cpp splits mixed orders into more work)
-            active.sort(key=lambda q: q.slot)
-            b = self.batch
-            for i, q in enumerate(active):
-                b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = q.pending, q.pos, 1, True
-                b.seq_id[i][0] = q.slot
-            b.n_tokens = len(active)
-            self._decode()
-            still = []
-            for i, q in enumerate(active):
-                if self._advance(q, L.llama_sampler_sample(q.sampler, self.ctx, i)):
-                    still.append(q)
-                else:
-                    self._finish(q, reqs, results, free)
-            active = still
+        try:
+            while waiting or active:
+                # start waiting sequences in the free slots
+                prefill: list[_Seq] = []
+                copies: list[tuple[_Seq, _Seq]] = []
+                while waiting and free:
+                    r = waiting[0]
+                    req = reqs[r]
+                    j, t, seed, max_new = req.todo.pop(0)
+                    if not req.todo:
+                        waiting.pop(0)
+                    q = _Seq(r, j, free.pop(0), self._sampler(t, seed), pos=len(req.tokens) - 1,
+                             pending=req.tokens[-1], max_new=max_new)
+                    if req.live:
+                        copies.append((req.live[0], q))
+                    else:
+                        prefill.append(q)
+                    req.live.append(q)
+                self._prefill(prefill, reqs)
+                for src, dst in copies:  # after the prefill: a copy may read a prompt decoded just now
+                    L.llama_memory_seq_cp(self.mem, src.slot, dst.slot, -1, -1)  # whole streams only across streams
+                    L.llama_memory_seq_rm(self.mem, dst.slot, dst.pos, -1)  # keep the prompt but its last token
+                active += prefill + [d for _, d in copies]
+                # one token for every active sequence, in slot order (llama.cpp splits mixed orders into more work)
+                active.sort(key=lambda q: q.slot)
+                b = self.batch
+                for i, q in enumerate(active):
+                    b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = q.pending, q.pos, 1, True
+                    b.seq_id[i][0] = q.slot
+                b.n_tokens = len(active)
+                self._decode()
+                still = []
+                for i, q in enumerate(active):
+                    if self._advance(q, L.llama_sampler_sample(q.sampler, self.ctx, i)):
+                        still.append(q)
+                    else:
+                        self._finish(q, reqs, results, free)
+                active = still
+        finally:  # every stream empty and every sampler freed for the next call, even after an error
+            for req in reqs:
+                for q in req.live:
+                    L.llama_sampler_free(q.sampler)
+                req.live.clear()
+            L.llama_memory_clear(self.mem, True)
         return results  # type: ignore[return-value]
 
     def _prefill(self, seqs: list[_Seq], reqs: list[_Request]) -> None:
