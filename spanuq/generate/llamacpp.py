@@ -6,12 +6,13 @@ GGUF runs in this process through llama.cpp's own batch API: up to ``llamacpp_sl
 sequences (a prompt's greedy answer and its S samples, several prompts at once) advance by
 one token per ``llama_decode`` call, each in its own KV stream, a prompt decoded once and its
 KV copied to the sequences that continue it.  A finished sequence frees its slot for the
-next waiting prompt at once.  ~150-200 tok/s on the same 2 cores (`benchmarks/bench_generate.py`).
+next waiting prompt at once.  178 tok/s in the default pipeline on the same 2 cores, 206 against the
+servers' 105 on the same prompts (`benchmarks/bench_generate.py`, `bench_llamacpp_batch.py`).
 
 Sampling is llama.cpp's own sampler chain with the server's defaults (`TOP_K` ...), one chain
 per sequence seeded from its prompt's seed (`hf.sample_seeds`): a prompt's samples do not depend
-on which prompts share its batch, up to float rounding (a batch's sums can differ with its
-composition, so a near tie may fall another way in another batch, as on a server).
+on which prompts share its batch (the default run's generations were identical with 16 and 48
+prompts a call), up to float rounding where a batch's composition changes its sums.
 
 The build is proved in a child process before it is loaded here (`prove_in_child`): a llama.cpp
 built for another CPU dies with SIGILL/SIGSEGV on its first real forward pass, and that must be
