@@ -242,6 +242,9 @@ class ProbeConfig(_Section):
     dn_groups: int = 0  # denoising groups of jittered ground-truth spans during training (0: off)
     dn_noise: float = 0.4  # jitter of each boundary, as a fraction of half the span width
     dn_negatives: bool = False  # also 2x-jittered copies trained as invalid (DINO contrastive denoising)
+    # the input [H̄; entropy] standardised per dimension by its training-set mean and std (stored in
+    # the checkpoint) before W_proj: a few of SmolLM2's dimensions sit near ±100 where most vary by ~3
+    standardize: bool = False
 
 
 class LossConfig(_Section):
@@ -281,6 +284,9 @@ class TrainConfig(_Section):
     grad_clip: float = 1.0
     patience: int = 5
     select: Literal["auroc", "auroc-mae"] = "auroc"  # dev score for early stopping / the best epoch (train.dev_score)
+    # exponential moving average of the weights (per step): the averaged probe is the one evaluated on
+    # dev each epoch and kept (DINO's model EMA); null: the raw weights, as the paper
+    ema_decay: float | None = None
     seed: int = 0
     num_threads: int | None = None
     device: str = "auto"

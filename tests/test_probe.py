@@ -167,3 +167,44 @@ def test_checkpoint_round_trip(tmp_path, switches):
         oa, ob = forward(model, batch), forward(loaded, batch)
     for k in ("spans", "validity_logits", "u", "nu", "pi", "alpha", "beta", "u_seq"):
         assert torch.equal(oa[k], ob[k]), k
+
+
+def test_standardised_inputs_are_learned_from_training_and_travel_with_the_checkpoint(tmp_path):
+    """probe.standardize: [H̄; entropy] is centred and scaled by the training split's statistics,
+    so a dimension sitting near 100 (as a few of SmolLM2's do) reads like any other."""
+    from spanuq.features.dataset import input_stats
+
+    examples = synthetic_examples(4)
+    for e in examples:
+        e.h[:, 5] += 100.0
+    mean, std = input_stats(examples)
+    every = torch.cat([torch.cat([e.h, e.entropy[:, None]], -1) for e in examples])
+    torch.testing.assert_close(mean, every.mean(0), atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(std, every.std(0, unbiased=False), atol=1e-4, rtol=1e-4)
+    assert mean[5] > 99 and mean.shape == (33,)  # 32 state dimensions and the entropy
+
+    torch.manual_seed(0)
+    cfg = TINY.model_copy(update={"standardize": True})
+    model = SpanUQProbe(cfg, 32)
+    model.set_input_stats(mean, std)
+    model.eval()
+    # shifting and scaling a dimension of the inputs and of its statistics alike changes nothing
+    shifted = [ResponseExample(e.prompt_id, e.domain, e.split, e.h.clone(), e.entropy, e.token_ids, e.spans, e.u)
+               for e in examples]
+    for e in shifted:
+        e.h[:, 7] = 3.0 * e.h[:, 7] + 50.0
+    twin = SpanUQProbe(cfg, 32)
+    twin.load_state_dict(model.state_dict())
+    twin.set_input_stats(*input_stats(shifted))
+    twin.eval()
+    with torch.inference_mode():
+        a, b = forward(model, collate(examples)), forward(twin, collate(shifted))
+    torch.testing.assert_close(a["u"], b["u"], atol=1e-4, rtol=1e-4)
+
+    save_checkpoint(model, cfg, 32, tmp_path / "ckpt")
+    loaded = load_checkpoint(tmp_path / "ckpt").probe
+    torch.testing.assert_close(loaded.input_mean, mean)
+    with torch.inference_mode():
+        torch.testing.assert_close(forward(loaded, collate(examples))["u"], a["u"])
+    with pytest.raises(ValueError, match="standardize is off"):
+        SpanUQProbe(TINY, 32).set_input_stats(mean, std)

@@ -61,6 +61,18 @@ def test_model_selection_scores_every_labelled_dev_span(make_cfg):
     assert m["span_matched"]["n"] <= m["span"]["n"]
 
 
+def test_with_a_weight_average_the_averaged_probe_is_the_one_selected_and_returned(make_cfg):
+    """train.ema_decay: θ̄ ← d·θ̄ + (1 − d)·θ after every step; dev sees θ̄ and θ̄ is kept."""
+    train, dev = synthetic_examples(8), synthetic_examples(6, seed=1)
+    raw, _ = train_probe(_cfg(make_cfg, warmup_epochs=1, joint_epochs=1, patience=10), train, dev, progress=False)
+    cfg = _cfg(make_cfg, warmup_epochs=1, joint_epochs=1, patience=10, ema_decay=0.9)
+    averaged, info = train_probe(cfg, train, dev, progress=False)
+    assert info["best_epoch"] == 2
+    assert not torch.equal(averaged.state_dict()["query_embed"], raw.state_dict()["query_embed"])
+    m = evaluate_model(averaged, dev, cfg, "cpu")
+    assert info["history"][-1]["dev_auroc"] == m["span"]["auroc"]["value"]
+
+
 def test_threshold_and_temperature_are_fitted_on_dev_stored_and_applied_by_default(make_cfg, tmp_path):
     cfg = _cfg(make_cfg, warmup_epochs=2, joint_epochs=2, patience=10)
     dev = synthetic_examples(6, seed=1)

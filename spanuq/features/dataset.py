@@ -62,6 +62,23 @@ def collate(examples: list[ResponseExample]) -> Batch:
     return Batch(h, ent, mask, lengths, targets, examples)
 
 
+def input_stats(examples: list[ResponseExample], use_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-dimension mean and std over every token of ``examples`` of the probe's input [H̄; entropy]
+    (float64 sums, so a 1,000-answer split of float16 states adds up exactly enough)."""
+    n, s1, s2 = 0, None, None
+    for e in examples:
+        x = e.h.double()
+        if use_entropy:
+            x = torch.cat([x, e.entropy.double()[:, None]], dim=-1)
+        s1 = x.sum(0) if s1 is None else s1 + x.sum(0)
+        s2 = (x * x).sum(0) if s2 is None else s2 + (x * x).sum(0)
+        n += x.shape[0]
+    if not n:
+        raise ValueError("no tokens to standardise the probe's inputs by")
+    mean = s1 / n
+    return mean.float(), (s2 / n - mean * mean).clamp_min(0).sqrt().float()
+
+
 def answers(tokenizer, examples: list[ResponseExample]) -> list[Answer | None]:
     """Each example's answer text with its token offsets (one tokenisation each), for `predict`
     to grow spans to whole words and place them in the text; all None without a tokenizer."""

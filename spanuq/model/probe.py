@@ -1,6 +1,6 @@
 """The SpanUQ probe (paper §3.1, App. A): a DETR-style span detector + uncertainty scorer.
 
-    H̄ (B,T,d) [+ token entropy] --Linear--> (B,T,d_p) + sinusoidal PE
+    H̄ (B,T,d) [+ token entropy] [--standardise (train mean/std)] --Linear--> (B,T,d_p) + sinusoidal PE
         --2-layer pre-norm encoder--> Z
     N learnable queries --3-layer pre-norm decoder (self-attn, cross-attn on Z, FFN)--> q̂ per layer
     per layer heads:  boundaries (b̂, ê) from q̂
@@ -84,7 +84,11 @@ class SpanUQProbe(nn.Module):
         self.cfg = cfg
         self.d_model = d_model
         dp = cfg.d_proj
-        self.input_proj = nn.Linear(d_model + int(cfg.use_entropy), dp)
+        d_in = d_model + int(cfg.use_entropy)
+        if cfg.standardize:  # set from the training data by `set_input_stats`, saved with the weights
+            self.register_buffer("input_mean", torch.zeros(d_in))
+            self.register_buffer("input_std", torch.ones(d_in))
+        self.input_proj = nn.Linear(d_in, dp)
         enc_layer = nn.TransformerEncoderLayer(dp, cfg.n_heads, cfg.d_ffn, cfg.dropout,
                                                batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(enc_layer, cfg.enc_layers, norm=nn.LayerNorm(dp),
@@ -144,6 +148,14 @@ class SpanUQProbe(nn.Module):
                 if p.dim() > 1:
                     nn.init.xavier_uniform_(p)
 
+    @torch.no_grad()
+    def set_input_stats(self, mean: torch.Tensor, std: torch.Tensor, floor: float = 1e-3) -> None:
+        """x̃ = (x − mean) / max(std, floor) on every input dimension ([H̄; entropy]) before W_proj."""
+        if not self.cfg.standardize:
+            raise ValueError("probe.standardize is off: this probe reads its inputs as they are")
+        self.input_mean.copy_(mean.to(self.input_mean))
+        self.input_std.copy_(std.to(self.input_std).clamp_min(floor))
+
     # ---- pieces -------------------------------------------------------------------------
     def encode(self, h: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
         """Z = Enc(W_proj [H̄; entropy] + P), (B, T, d_p)."""
@@ -151,6 +163,8 @@ class SpanUQProbe(nn.Module):
         if self.cfg.use_entropy:
             ent = entropy if entropy is not None else torch.zeros(h.shape[:2], dtype=h.dtype, device=h.device)
             x = torch.cat([h, ent.unsqueeze(-1).to(h.dtype)], dim=-1)
+        if self.cfg.standardize:
+            x = (x - self.input_mean.to(x.dtype)) / self.input_std.to(x.dtype)
         x = self.input_proj(x)
         x = x + sinusoidal_position_encoding(x.shape[1], x.shape[2], x.device, x.dtype)
         return self.encoder(x, src_key_padding_mask=~mask)

@@ -33,7 +33,7 @@ from ..config import Config
 from ..metrics.ece import fit_temperature
 from ..metrics.uq import metric_value
 from ..evaluate.scoring import all_span_scores, evaluate_predictions
-from ..features.dataset import ResponseExample, answers, collate, load_examples, training_examples
+from ..features.dataset import ResponseExample, answers, collate, input_stats, load_examples, training_examples
 from ..llm.loading import resolve_device
 from ..llm.presets import fused_layers
 from ..model.calibration import Calibration
@@ -163,8 +163,17 @@ def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExa
         torch.set_num_threads(tc.num_threads)
     device = resolve_device(tc.device)
     d_model = train[0].h.shape[1]
-    model = SpanUQProbe(cfg.probe, d_model).to(device)
+    model = SpanUQProbe(cfg.probe, d_model)
+    if cfg.probe.standardize:
+        model.set_input_stats(*input_stats(train, cfg.probe.use_entropy))
+    model = model.to(device)
     criterion = SetCriterion(cfg.loss, HungarianMatcher.from_config(cfg.loss), seed=tc.seed)
+    ema = None
+    if tc.ema_decay:  # θ̄ ← d·θ̄ + (1 − d)·θ after every step; buffers (input statistics) are copied
+        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+        ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(tc.ema_decay))
+    kept = ema.module if ema is not None else model  # what dev sees and what is returned
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
     epochs = tc.warmup_epochs + tc.joint_epochs
     steps_per_epoch = math.ceil(len(train) / tc.batch_size)
@@ -190,12 +199,14 @@ def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExa
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
             opt.step()
             sched.step()
+            if ema is not None:
+                ema.update_parameters(model)
             for k, v in parts.items():
                 sums[k] = sums.get(k, 0.0) + v
         n_steps = max(1, steps_per_epoch)
         row = {"epoch": epoch + 1, "phase": phase, "seconds": round(time.perf_counter() - t0, 2),
                "lr": opt.param_groups[0]["lr"], **{f"train_{k}": v / n_steps for k, v in sums.items()}}
-        dev_metrics = evaluate_model(model, dev, cfg, device) if dev else None
+        dev_metrics = evaluate_model(kept, dev, cfg, device) if dev else None
         if dev_metrics:
             row.update(dev_summary(dev_metrics, "auroc", "mae", "spearman", "f1", "coverage"))
         history.append(row)
@@ -207,7 +218,7 @@ def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExa
         score = dev_score(dev_metrics, tc.select) if dev_metrics else -row.get("train_loss", 0.0)
         if score > best_score or best is None:
             best_score, best_epoch, bad = score, epoch + 1, 0
-            best = copy.deepcopy(model.state_dict())
+            best = copy.deepcopy(kept.state_dict())
         else:
             bad += 1
             if bad >= tc.patience:
