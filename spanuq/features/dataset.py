@@ -63,15 +63,18 @@ def collate(examples: list[ResponseExample]) -> Batch:
 
 
 def input_stats(examples: list[ResponseExample], use_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-dimension mean and std over every token of ``examples`` of the probe's input [H̄; entropy]
-    (float64 sums, so a 1,000-answer split of float16 states adds up exactly enough)."""
-    n, s1, s2 = 0, None, None
+    """Per-dimension mean and std over every token of ``examples`` of the probe's input [H̄; entropy].
+
+    Streamed sums in float64 (Σx, Σx²): a paper-size split (17k answers × 5k dims) never sits in
+    memory at once, and float16 states add up without losing the small dimensions."""
+    d = examples[0].h.shape[1] + int(use_entropy) if examples else 0
+    n, s1, s2 = 0, torch.zeros(d, dtype=torch.float64), torch.zeros(d, dtype=torch.float64)
     for e in examples:
         x = e.h.double()
         if use_entropy:
             x = torch.cat([x, e.entropy.double()[:, None]], dim=-1)
-        s1 = x.sum(0) if s1 is None else s1 + x.sum(0)
-        s2 = (x * x).sum(0) if s2 is None else s2 + (x * x).sum(0)
+        s1 += x.sum(0)
+        s2 += (x * x).sum(0)
         n += x.shape[0]
     if not n:
         raise ValueError("no tokens to standardise the probe's inputs by")
