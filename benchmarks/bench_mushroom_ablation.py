@@ -106,7 +106,7 @@ def main() -> None:
     from spanuq.bench import controls
     from spanuq.bench.metrics import item_scores, mean_ci
     from spanuq.bench.mushroom import load_split
-    from spanuq.bench.probe_chars import probe_variants
+    from spanuq.bench.probe_chars import probe_variants, variant_v_min
     from spanuq.bench.select import Method, choose, predictions
     from spanuq.config import load_config
     from spanuq.label.units import load_spacy
@@ -114,7 +114,6 @@ def main() -> None:
     cfg = load_config(args.params)
     items, info = load_split("val", cfg.paths.cache, args.data)
     refs = [x.reference() for x in items]
-    lens = [x.text_len for x in items]
     tagger = Method("entities_numbers", "entities + numbers", "",
                     {"binary": controls.entities_numbers(load_spacy(cfg.label.spacy_model),
                                                          [x.model_output_text for x in items])}, thresholds=(0.5,))
@@ -123,10 +122,10 @@ def main() -> None:
     for spec in args.row:
         name, probes = parse_row(spec)
         results, stored, counts = row_results(cfg, items, probes, progress=False)
-        m = Method("spanuq", name, "", probe_variants(results, lens, stored), kind="probe")
+        m = Method("spanuq", name, "", probe_variants(results, [x.model_output_text for x in items], stored), kind="probe")
         settings = choose(m, refs)
         i, c = item_scores(refs, predictions(m, settings))
-        v_min = float(settings["hard"]["variant"].split(">=")[1])
+        v_min = variant_v_min(settings["hard"]["variant"])
         cover, ceiling = span_ceiling(items, results, v_min)
         row = {"row": name, "probes": [{"probe": p, "trained_on": f, "answers": n} for (p, f), n in zip(probes, counts)],
                "iou": mean_ci(i, args.bootstrap), "cor": mean_ci(c, args.bootstrap), "settings": settings,

@@ -14,7 +14,7 @@ from spanuq.bench.chars import hard_labels, soft_labels, token_values_to_chars
 from spanuq.bench.controls import claim_units, entities_numbers, random_words, word_max
 from spanuq.bench.metrics import cor, hard_from_soft, item_scores, iou, mean_ci
 from spanuq.bench.mushroom import find_split_file, load_split, read_items
-from spanuq.bench.probe_chars import probe_chars
+from spanuq.bench.probe_chars import probe_chars, probe_variants, variant_v_min
 from spanuq.bench.select import Method, choose, predictions
 
 FIXTURE = __import__("pathlib").Path(__file__).parent / "fixtures" / "mushroom"
@@ -90,6 +90,23 @@ def test_probe_spans_map_to_characters():
     assert probe_chars(r, 7, "u/max", 0.0).tolist() == pytest.approx([1, 1, 1, 1, 0.75, 0.75, 0])  # 0.6 / 0.8
     assert probe_chars(r, 7, "u/max", 0.6).tolist() == [0, 0, 1, 1, 1, 1, 0]  # the kept span is the top one
     assert probe_chars(None, 3, "u", 0.0).tolist() == [0, 0, 0]  # an answer the backbone could not read
+
+
+def test_a_trimmed_span_marks_the_wrong_words_not_the_preposition_before_them():
+    from types import SimpleNamespace as NS
+
+    text = "She won silver in Beijing, China in 1950s and 1960s."
+    at = text.index
+    r = NS(u_seq=0.5, spans=[NS(start=at("in B"), end=at(" China"), u=0.9, validity=1.0),   # "in Beijing,"
+                             NS(start=at("1950s"), end=at(" 1960s"), u=0.6, validity=1.0),  # "1950s and"
+                             NS(start=at("in 1"), end=at("in 1") + 2, u=0.7, validity=1.0)])  # "in": nothing else
+    marked = lambda v: [text[s:e] for s, e in hard_labels(v, 0.0)]
+    assert marked(probe_chars(r, len(text), "u", 0.0)) == ["in Beijing,", "in", "1950s and"]
+    assert marked(probe_chars(r, len(text), "u", 0.0, trim_in=text)) == ["Beijing", "in", "1950s"]
+    variants = probe_variants([r], [text])
+    assert variants["u v>=0 trimmed"][0].tolist() == probe_chars(r, len(text), "u", 0.0, trim_in=text).tolist()
+    assert variants["u v>=0"][0].tolist() == probe_chars(r, len(text), "u", 0.0).tolist()
+    assert variant_v_min("u/max v>=0.1 trimmed") == variant_v_min("u/max v>=0.1") == 0.1
 
 
 def test_text_controls():

@@ -14,19 +14,25 @@ validity is at least ``v_min``:
 * ``const``    1 on every covered character: the probe's spans without û (an ablation row,
   not a setting of the probe's own row).
 
-Characters covered by no such span score 0.  The combination and ``v_min`` are free
+Characters covered by no such span score 0.  A span can first be trimmed of the function
+words at its edges ("in Beijing" -> "Beijing", `label.spans.trim_function_words`): people
+mark the minimal wrong text, the probe's spans are word-aligned regressions that often take a
+preposition or conjunction along.  The combination, ``v_min`` and the trimming are free
 settings, chosen on the validation split (`select.py`).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..label.spans import trim_function_words
+
 MAPPINGS = ("u", "u*p", "noisy-or", "u/max")
 V_MIN_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
-def probe_chars(result, text_len: int, mapping: str, v_min: float) -> np.ndarray:
-    """Per-character score of one `ScoreResult` (``None``: an answer that could not be scored → 0)."""
+def probe_chars(result, text_len: int, mapping: str, v_min: float, trim_in: str | None = None) -> np.ndarray:
+    """Per-character score of one `ScoreResult` (``None``: an answer that could not be scored → 0);
+    with ``trim_in`` (the answer's text) each span is trimmed of edge function words first."""
     v = np.zeros(text_len, dtype=np.float64)
     if result is None:
         return v
@@ -35,27 +41,35 @@ def probe_chars(result, text_len: int, mapping: str, v_min: float) -> np.ndarray
     kept = [s for s in result.spans if s.validity >= v_min]
     top = max((s.u for s in kept), default=0.0)
     for s in kept:
+        a, b = (s.start, s.end) if trim_in is None else trim_function_words(trim_in, s.start, s.end)
         if mapping == "u":
-            v[s.start: s.end] = np.maximum(v[s.start: s.end], s.u)
+            v[a:b] = np.maximum(v[a:b], s.u)
         elif mapping == "u*p":
-            v[s.start: s.end] = np.maximum(v[s.start: s.end], s.u * s.validity)
+            v[a:b] = np.maximum(v[a:b], s.u * s.validity)
         elif mapping == "noisy-or":
-            keep[s.start: s.end] *= 1.0 - s.u * s.validity
+            keep[a:b] *= 1.0 - s.u * s.validity
         elif mapping == "u/max":
-            v[s.start: s.end] = np.maximum(v[s.start: s.end], s.u / top if top > 0 else 0.0)
+            v[a:b] = np.maximum(v[a:b], s.u / top if top > 0 else 0.0)
         elif mapping == "const":
-            v[s.start: s.end] = 1.0
+            v[a:b] = 1.0
         else:
             raise ValueError(f"unknown mapping {mapping!r}; one of {MAPPINGS}")
     return 1.0 - keep if mapping == "noisy-or" else v
 
 
-def probe_variants(results: list, text_lens: list[int], extra_v_min: float | None = None,
+def probe_variants(results: list, texts: list[str], extra_v_min: float | None = None,
                    mappings: tuple[str, ...] = MAPPINGS) -> dict[str, list[np.ndarray]]:
-    """Every (mapping, v_min) combination's per-character scores, keyed ``"<mapping> v>=<v_min>"``."""
+    """Every (mapping, v_min, trimming) combination's per-character scores, keyed
+    ``"<mapping> v>=<v_min>"`` (spans as returned) and ``"<mapping> v>=<v_min> trimmed"``."""
     grid = sorted(set(V_MIN_GRID) | ({round(float(extra_v_min), 4)} if extra_v_min is not None else set()))
-    return {f"{m} v>={vm:g}": [probe_chars(r, n, m, vm) for r, n in zip(results, text_lens)]
-            for m in mappings for vm in grid}
+    return {f"{m} v>={vm:g}{' trimmed' if trim else ''}":
+            [probe_chars(r, len(t), m, vm, t if trim else None) for r, t in zip(results, texts)]
+            for trim in (False, True) for m in mappings for vm in grid}
+
+
+def variant_v_min(key: str) -> float:
+    """The validity cut of a variant key: ``"u/max v>=0.1 trimmed"`` → 0.1."""
+    return float(key.split(">=")[1].split()[0])
 
 
 def u_seq_chars(results: list, text_lens: list[int]) -> list[np.ndarray]:

@@ -71,9 +71,9 @@ def build_methods(uq, items: list[MushroomItem], results: list, cfg: Config, see
     fixed = (0.5,)
     return [
         Method("spanuq", "SpanUQ probe (ours)", "the probe's spans: û and validity, one teacher-forced pass",
-               probe_variants(results, lens, stored), kind="probe"),
+               probe_variants(results, texts, stored), kind="probe"),
         Method("spans_only", "SpanUQ spans, û ignored", "the probe's spans marked 1 (validity cut chosen on val)",
-               probe_variants(results, lens, stored, mappings=("const",)), thresholds=fixed, kind="ablation"),
+               probe_variants(results, texts, stored, mappings=("const",)), thresholds=fixed, kind="ablation"),
         Method("u_seq", "û_seq on every character", "the probe's answer-level score, no spans",
                {"u_seq": u_seq_chars(results, lens)}),
         Method("token_entropy", "Token entropy (backbone)", "SmolLM2's next-token entropy / log|V|, teacher-forced",
