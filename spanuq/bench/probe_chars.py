@@ -15,19 +15,42 @@ validity is at least ``v_min``:
   not a setting of the probe's own row).
 
 Characters covered by no such span score 0.  A span can first be trimmed of the function
-words at its edges ("in Beijing" -> "Beijing", `label.spans.trim_function_words`): people
+words at its edges ("in Beijing" -> "Beijing", `trim_function_words`): people
 mark the minimal wrong text, the probe's spans are word-aligned regressions that often take a
 preposition or conjunction along.  The combination, ``v_min`` and the trimming are free
 settings, chosen on the validation split (`select.py`).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from ..label.spans import trim_function_words
+from ..data.aliases import stop_words
+from ..label.spans import snap_to_words
 
 MAPPINGS = ("u", "u*p", "noisy-or", "u/max")
 V_MIN_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def trim_function_words(text: str, start: int, end: int) -> tuple[int, int]:
+    """Shrink [start, end) until it neither starts nor ends with a function word (a stop word
+    that is not a number word: "in", "the", "and"; `aliases.stop_words`) or edge punctuation:
+    "in Beijing," -> "Beijing".  A span of function words only is kept as it is."""
+    stop = stop_words()
+    words = [(start + m.start(), start + m.end()) for m in re.finditer(r"\S+", text[start:end])]
+
+    def function_word(w: tuple[int, int]) -> bool:
+        bare = re.sub(r"^\W+|\W+$", "", text[w[0]:w[1]]).lower()
+        return not bare or bare in stop
+
+    if not words or all(map(function_word, words)):
+        return start, end
+    while function_word(words[0]):
+        words.pop(0)
+    while function_word(words[-1]):
+        words.pop()
+    return snap_to_words(text, words[0][0], words[-1][1])
 
 
 def probe_chars(result, text_len: int, mapping: str, v_min: float, trim_in: str | None = None) -> np.ndarray:

@@ -6,7 +6,6 @@ matches nothing well enough (``min_score``, rapidfuzz 0-100) is rejected.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from rapidfuzz import fuzz
@@ -38,28 +37,6 @@ def snap_to_words(text: str, start: int, end: int) -> tuple[int, int]:
     while end > start and text[end - 1] in _EDGE_PUNCT:
         end -= 1
     return start, end
-
-
-def trim_function_words(text: str, start: int, end: int) -> tuple[int, int]:
-    """Shrink [start, end) until it neither starts nor ends with a function word (a stop word
-    that is not a number word: "in", "the", "and"; `aliases.stop_words`) or edge punctuation:
-    "in Beijing," -> "Beijing".  A span of function words only is kept as it is."""
-    from ..data.aliases import stop_words
-
-    stop = stop_words()
-    words = [(start + m.start(), start + m.end()) for m in re.finditer(r"\S+", text[start:end])]
-
-    def function_word(w: tuple[int, int]) -> bool:
-        bare = text[w[0]:w[1]].strip(_EDGE_PUNCT).lower()
-        return not bare or bare in stop
-
-    if not words or all(map(function_word, words)):
-        return start, end
-    while function_word(words[0]):
-        words.pop(0)
-    while function_word(words[-1]):
-        words.pop()
-    return snap_to_words(text, words[0][0], words[-1][1])
 
 
 def anchor_span(text: str, span: str, min_score: float = 80.0, min_chars: int = 1) -> Anchor | None:
