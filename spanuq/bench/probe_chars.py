@@ -27,7 +27,7 @@ import re
 import numpy as np
 
 from ..data.aliases import stop_words
-from ..label.spans import _EDGE_PUNCT, snap_to_words
+from ..label.spans import snap_to_words
 
 MAPPINGS = ("u", "u*p", "noisy-or", "u/max")
 V_MIN_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -41,7 +41,8 @@ def trim_function_words(text: str, start: int, end: int) -> tuple[int, int]:
     words = [(start + m.start(), start + m.end()) for m in re.finditer(r"\S+", text[start:end])]
 
     def function_word(w: tuple[int, int]) -> bool:
-        bare = text[w[0]:w[1]].strip(_EDGE_PUNCT).lower()
+        a, b = snap_to_words(text, *w)  # the word without its edge punctuation
+        bare = text[a:b].lower()
         return not bare or bare in stop
 
     if not words or all(map(function_word, words)):
