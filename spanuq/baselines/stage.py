@@ -125,12 +125,15 @@ def run_method(name: str, cfg: Config, shared: Shared, train, dev, test) -> tupl
     asker = shared._asker if "backbone" in b.requires else None
     cost0 = (asker.cost.forward_passes, asker.cost.generated_tokens, asker.cost.reused_seconds) if asker else (0, 0, 0)
     nli0 = getattr(b, "nli_calls", None)
-    if hasattr(getattr(b, "nli", None), "clear"):
-        b.nli.clear()  # each method pays for embedding its own texts
+    nli = getattr(b, "nli", None)
+    if hasattr(nli, "start_method"):
+        nli.start_method()  # embeddings another method made are reused, their time counted here too
+    nli_reused0 = getattr(nli, "reused_seconds", 0.0)
     test_scores = b.score(test)
     t2 = time.perf_counter()
     n = max(len(test), 1)
     reused = asker.cost.reused_seconds - cost0[2] if asker else 0.0
+    reused += getattr(nli, "reused_seconds", 0.0) - nli_reused0
     cost = {"fit_seconds": round(t1 - t0, 3), "method_seconds_per_answer": (t2 - t1 + reused) / n}
     if asker:
         cost["forward_passes_per_answer"] = (asker.cost.forward_passes - cost0[0]) / n

@@ -2,8 +2,11 @@
 metrics are in ``detection.py``, the every-labelled-span scoreboard in ``scoring.py``.
 
 Span level (over paired soft labels ``u* ∈ [0, 1]`` and scores ``û``)
-    AUROC     binary hallucination detection, positives ``u* ≥ 0.5`` (sklearn ``roc_auc_score``);
-              a tie at the threshold is positive (`is_positive`)
+    AUROC     binary hallucination detection, positives ``u* ≥ 0.5``; a tie at the threshold is
+              positive (`is_positive`).  Computed as the Mann–Whitney statistic over mid-ranks,
+              ``(Σ rank(û₊) − n₊(n₊+1)/2) / (n₊ n₋)``: equal to sklearn's ``roc_auc_score``
+              (tests/test_metrics.py checks it) and ~20x faster, which the bootstrap's
+              thousands of resamples per row feel
     MAE       ``mean |û − u*|`` (needs ``û ∈ [0, 1]``)
     ρ_s       Spearman rank correlation; Pearson ``r`` alongside
     ECE       soft-label expected calibration error (``ece.py``); ``ECE_cal`` after a
@@ -37,8 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
-from scipy.stats import pearsonr, spearmanr
-from sklearn.metrics import mean_absolute_error, roc_auc_score
+from scipy.stats import pearsonr, rankdata, spearmanr
 
 from ..model.calibration import apply_temperature
 from .ece import expected_calibration_error
@@ -166,13 +168,22 @@ def _auroc_fn(threshold: float, item: str = "spans") -> Callable[..., float]:
         if pos.all() or not pos.any():
             side = f"u* >= {threshold:g}" if pos.all() else f"u* < {threshold:g}"
             raise Undefined(f"one class only: all {len(y)} {item} have {side}")
-        return float(roc_auc_score(pos, s))
+        return rank_auroc(pos, s)
     return auroc
+
+
+def rank_auroc(pos: np.ndarray, s: np.ndarray) -> float:
+    """Area under the ROC curve of scores ``s`` for boolean labels ``pos`` (both classes present):
+    the probability that a random positive outscores a random negative, ties counted half."""
+    pos = np.asarray(pos, dtype=bool)
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    ranks = rankdata(np.asarray(s, dtype=np.float64))  # mid-ranks: a tie counts half
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def _mae(y: np.ndarray, s: np.ndarray, g=None) -> float:
     _need(len(y), 1)
-    return float(mean_absolute_error(y, s))
+    return float(np.mean(np.abs(np.asarray(y, dtype=np.float64) - np.asarray(s, dtype=np.float64))))
 
 
 def _spearman(y: np.ndarray, s: np.ndarray, g=None) -> float:
