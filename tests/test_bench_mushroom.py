@@ -92,21 +92,14 @@ def test_probe_spans_map_to_characters():
     assert probe_chars(None, 3, "u", 0.0).tolist() == [0, 0, 0]  # an answer the backbone could not read
 
 
-def test_a_trimmed_span_marks_the_wrong_words_not_the_preposition_before_them():
+def test_every_mapping_and_validity_cut_is_a_variant_named_by_its_setting():
     from types import SimpleNamespace as NS
 
-    text = "She won silver in Beijing, China in 1950s and 1960s."
-    at = text.index
-    r = NS(u_seq=0.5, spans=[NS(start=at("in B"), end=at(" China"), u=0.9, validity=1.0),   # "in Beijing,"
-                             NS(start=at("1950s"), end=at(" 1960s"), u=0.6, validity=1.0),  # "1950s and"
-                             NS(start=at("in 1"), end=at("in 1") + 2, u=0.7, validity=1.0)])  # "in": nothing else
-    marked = lambda v: [text[s:e] for s, e in hard_labels(v, 0.0)]
-    assert marked(probe_chars(r, len(text), "u", 0.0)) == ["in Beijing,", "in", "1950s and"]
-    assert marked(probe_chars(r, len(text), "u", 0.0, trim_in=text)) == ["Beijing", "in", "1950s"]
-    variants = probe_variants([r], [text])
-    assert variants["u v>=0 trimmed"][0].tolist() == probe_chars(r, len(text), "u", 0.0, trim_in=text).tolist()
-    assert variants["u v>=0"][0].tolist() == probe_chars(r, len(text), "u", 0.0).tolist()
-    assert variant_v_min("u/max v>=0.1 trimmed") == variant_v_min("u/max v>=0.1") == 0.1
+    r = NS(u_seq=0.5, spans=[NS(start=0, end=4, u=0.8, validity=0.5), NS(start=2, end=6, u=0.6, validity=0.9)])
+    variants = probe_variants([r], ["abcdefg"])
+    assert variants["u v>=0"][0].tolist() == probe_chars(r, 7, "u", 0.0).tolist()
+    assert variants["u/max v>=0.6"][0].tolist() == probe_chars(r, 7, "u/max", 0.6).tolist()
+    assert variant_v_min("u/max v>=0.1") == variant_v_min("u/max v>=0.1 trimmed") == 0.1  # a key recorded before
 
 
 def test_text_controls():

@@ -36,8 +36,24 @@ def test_edge_tokens_of_only_spaces_or_punctuation_are_trimmed(tok):
     _, offsets = token_offsets(tok, text)
     comma = next(i for i, (s, e) in enumerate(offsets) if text[s:e].strip() == ",")
     capital = comma - 1
-    assert chars(tok, text, capital, comma + 1) == "capital, and"
+    assert chars(tok, text, capital, comma + 1) == "capital"  # ", and": punctuation and a function word
     assert chars(tok, text, comma, comma) == ","  # a lone punctuation token stays what it is
+
+
+def test_a_shown_span_marks_the_wrong_words_not_the_preposition_before_them(tok):
+    text = "She won silver in Beijing, China in 1950s and 1960s."
+    _, offsets = token_offsets(tok, text)
+
+    def tokens(piece: str, start: int = 0) -> tuple[int, int]:  # the token span holding text[a:b]
+        a = text.index(piece, start)
+        b = a + len(piece)
+        return (next(i for i, (s, e) in enumerate(offsets) if e > a),
+                max(i for i, (s, e) in enumerate(offsets) if s < b))
+
+    assert chars(tok, text, *tokens("in Beijing,")) == "Beijing"
+    assert chars(tok, text, *tokens("1950s and")) == "1950s"
+    assert chars(tok, text, *tokens("silver in Beijing")) == "silver in Beijing"  # inside a span, words stay
+    assert chars(tok, text, *tokens("in", text.index(" in 1"))) == "in"  # nothing else: kept as it is
 
 
 def test_duplicates_are_suppressed_by_validity_and_the_threshold_applies_first():

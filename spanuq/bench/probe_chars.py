@@ -14,49 +14,22 @@ validity is at least ``v_min``:
 * ``const``    1 on every covered character: the probe's spans without û (an ablation row,
   not a setting of the probe's own row).
 
-Characters covered by no such span score 0.  A span can first be trimmed of the function
-words at its edges ("in Beijing" -> "Beijing", `trim_function_words`): people
-mark the minimal wrong text, the probe's spans are word-aligned regressions that often take a
-preposition or conjunction along.  The combination, ``v_min`` and the trimming are free
+Characters covered by no such span score 0.  The spans come as the product shows them, trimmed
+of the function words at their edges ("in Beijing" -> "Beijing", `spanuq.model.postprocess`);
+until 2026-11-25 that trimming was a setting of this mapping, chosen on validation, and the
+shipped probe's test read was made with it on.  The combination and ``v_min`` are free
 settings, chosen on the validation split (`select.py`).
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
-
-from ..data.aliases import stop_words
-from ..label.spans import snap_to_words
 
 MAPPINGS = ("u", "u*p", "noisy-or", "u/max")
 V_MIN_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
-def trim_function_words(text: str, start: int, end: int) -> tuple[int, int]:
-    """Shrink [start, end) until it neither starts nor ends with a function word (a stop word
-    that is not a number word: "in", "the", "and"; `aliases.stop_words`) or edge punctuation:
-    "in Beijing," -> "Beijing".  A span of function words only is kept as it is."""
-    stop = stop_words()
-    words = [(start + m.start(), start + m.end()) for m in re.finditer(r"\S+", text[start:end])]
-
-    def function_word(w: tuple[int, int]) -> bool:
-        a, b = snap_to_words(text, *w)  # the word without its edge punctuation
-        bare = text[a:b].lower()
-        return not bare or bare in stop
-
-    if not words or all(map(function_word, words)):
-        return start, end
-    while function_word(words[0]):
-        words.pop(0)
-    while function_word(words[-1]):
-        words.pop()
-    return snap_to_words(text, words[0][0], words[-1][1])
-
-
-def probe_chars(result, text_len: int, mapping: str, v_min: float, trim_in: str | None = None) -> np.ndarray:
-    """Per-character score of one `ScoreResult` (``None``: an answer that could not be scored → 0);
-    with ``trim_in`` (the answer's text) each span is trimmed of edge function words first."""
+def probe_chars(result, text_len: int, mapping: str, v_min: float) -> np.ndarray:
+    """Per-character score of one `ScoreResult` (``None``: an answer that could not be scored → 0)."""
     v = np.zeros(text_len, dtype=np.float64)
     if result is None:
         return v
@@ -65,7 +38,7 @@ def probe_chars(result, text_len: int, mapping: str, v_min: float, trim_in: str 
     kept = [s for s in result.spans if s.validity >= v_min]
     top = max((s.u for s in kept), default=0.0)
     for s in kept:
-        a, b = (s.start, s.end) if trim_in is None else trim_function_words(trim_in, s.start, s.end)
+        a, b = s.start, s.end
         if mapping == "u":
             v[a:b] = np.maximum(v[a:b], s.u)
         elif mapping == "u*p":
@@ -83,16 +56,15 @@ def probe_chars(result, text_len: int, mapping: str, v_min: float, trim_in: str 
 
 def probe_variants(results: list, texts: list[str], extra_v_min: float | None = None,
                    mappings: tuple[str, ...] = MAPPINGS) -> dict[str, list[np.ndarray]]:
-    """Every (mapping, v_min, trimming) combination's per-character scores, keyed
-    ``"<mapping> v>=<v_min>"`` (spans as returned) and ``"<mapping> v>=<v_min> trimmed"``."""
+    """Every (mapping, v_min) combination's per-character scores, keyed ``"<mapping> v>=<v_min>"``."""
     grid = sorted(set(V_MIN_GRID) | ({round(float(extra_v_min), 4)} if extra_v_min is not None else set()))
-    return {f"{m} v>={vm:g}{' trimmed' if trim else ''}":
-            [probe_chars(r, len(t), m, vm, t if trim else None) for r, t in zip(results, texts)]
-            for trim in (False, True) for m in mappings for vm in grid}
+    return {f"{m} v>={vm:g}": [probe_chars(r, len(t), m, vm) for r, t in zip(results, texts)]
+            for m in mappings for vm in grid}
 
 
 def variant_v_min(key: str) -> float:
-    """The validity cut of a variant key: ``"u/max v>=0.1 trimmed"`` → 0.1."""
+    """The validity cut of a variant key: ``"u/max v>=0.1"`` → 0.1 (a key recorded with the
+    former " trimmed" suffix reads the same)."""
     return float(key.split(">=")[1].split()[0])
 
 

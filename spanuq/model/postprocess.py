@@ -7,7 +7,9 @@ stage (SpanUQ's scores and its cost timing).  So the same answer gets the same s
 everywhere.  For query i of an answer of T tokens:
 
 * token span (b, e) = (⌊b̂T⌋, ⌈êT⌉ − 1), inclusive, grown to whole words when the answer's
-  text and token offsets are known (`snap_token_span`);
+  text and token offsets are known, then trimmed of the function words at its edges ("in
+  Beijing," → "Beijing"; `snap_token_span`): the span shows the words that may be wrong, not
+  the preposition the regression took along;
 * its characters [start, end) in the answer (`token_span_to_chars`: edge spaces trimmed,
   never inside a user-perceived character, `snap_to_graphemes`), when the text is known;
 * ``u_raw``: the Mixture-of-Beta mean û; ``u``: σ(logit(û)/T) with the checkpoint's
@@ -21,6 +23,7 @@ at what was not kept.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -108,13 +111,28 @@ def select_spans(spans: np.ndarray, validity: np.ndarray, threshold: float = 0.5
     return np.sort(cand[kept])
 
 
+@lru_cache(maxsize=1)
+def function_words() -> frozenset[str]:
+    """The words a shown span does not start or end with: spaCy's English stop words that are
+    not number words ("in", "the", "and", "was"; "one", "two", "hundred" stay, they can be the
+    error) -- the rule of `spanuq.data.aliases.stop_words`, which adds "yes" for references."""
+    from spacy.lang.en.lex_attrs import like_num
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    return frozenset(w for w in STOP_WORDS if not like_num(w))
+
+
+EDGE_PUNCT = " \t\n\r,;:.!?\"'“”‘’()[]-–—"  # stripped from a word before it is looked up
+
+
 def snap_token_span(offsets: Sequence[tuple[int, int]], text: str, b: int, e: int) -> tuple[int, int]:
-    """Grow the inclusive token span (b, e) to whole words and trim edge tokens that hold
-    only spaces or punctuation.
+    """Grow the inclusive token span (b, e) to whole words, then trim edge tokens that hold
+    only spaces or punctuation and edge words that are function words (`function_words`).
 
     A token continues a word when its first character is alphanumeric and the
     character just before it (the previous token's last) is too; the span grows
     left while its first token continues a word and right while the next token does.
+    A span of function words and punctuation only keeps its words as they are.
     """
     n = len(offsets)
 
@@ -131,11 +149,29 @@ def snap_token_span(offsets: Sequence[tuple[int, int]], text: str, b: int, e: in
         s, x = offsets[t]
         return not any(ch.isalnum() for ch in text[s:x])
 
-    while b < e and blank(b):
-        b += 1
-    while e > b and blank(e):
-        e -= 1
-    return b, e
+    def trim_blank(b: int, e: int) -> tuple[int, int]:
+        while b < e and blank(b):
+            b += 1
+        while e > b and blank(e):
+            e -= 1
+        return b, e
+
+    b, e = trim_blank(b, e)
+    words, t = [], b  # the span's words: (first token, last token)
+    while t <= e:
+        w = t
+        while w + 1 <= e and continues(w + 1):
+            w += 1
+        words.append((t, w))
+        t = w + 1
+
+    def function_word(w: tuple[int, int]) -> bool:
+        return text[offsets[w[0]][0]: offsets[w[1]][1]].strip(EDGE_PUNCT).lower() in function_words()
+
+    content = [w for w in words if not function_word(w) and not all(map(blank, range(w[0], w[1] + 1)))]
+    if not content:
+        return b, e
+    return trim_blank(content[0][0], content[-1][1])
 
 
 def token_span_to_chars(text: str, offsets: Sequence[tuple[int, int]], tok_start: int, tok_end: int
