@@ -192,7 +192,11 @@ def render(card: dict) -> str:
         table_markdown(detection_table(evaluation, baselines)),
     ]
     if card["mushroom"]:
-        lines.append(table_markdown(mushroom_table(card["mushroom"]["record"])))
+        rec = card["mushroom"]["record"]
+        lines.append(table_markdown(mushroom_table(rec)))
+        lines.append(f"Test split read on {rec.get('date', '?')} at commit `{rec.get('commit', '?')}` "
+                     "(the code that made the spans: later post-processing changes are not in these figures; "
+                     "docs/bench.md says what each changed on validation).\n")
     else:
         lines.append("Mu-SHROOM: not measured for this probe (`spanuq bench mushroom`, docs/bench.md).\n")
     lines.append("Re-ship after re-training (e.g. when the teacher changes): "
