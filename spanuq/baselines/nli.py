@@ -25,6 +25,7 @@ One interface, ``probs(premises, hypotheses) -> (N, 3)`` with columns
 from __future__ import annotations
 
 import re
+import time
 from functools import lru_cache
 from typing import Protocol
 
@@ -120,8 +121,6 @@ class EmbeddingNLI:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Unit-norm embeddings, cached per text."""
-        import time
-
         todo = sorted({t for t in texts if t not in self._emb})
         if todo:
             t0 = time.perf_counter()
@@ -135,8 +134,6 @@ class EmbeddingNLI:
         return np.stack([self._emb[t][0] for t in texts]) if texts else np.zeros((0, 0))
 
     def _key_terms(self, text: str) -> tuple[str, ...]:
-        import time
-
         if text not in self._terms:
             t0 = time.perf_counter()
             self._terms[text] = (key_terms(self.nlp(text)), time.perf_counter() - t0)
