@@ -12,7 +12,8 @@ one), and a sample cut to b tokens is what a budget of b gives (finish reason
 * tie — spans with u* exactly at the threshold (counted positive);
 * tokens — sample tokens the setting spends per prompt.
 
-The support rule is set by ``--partial`` (``label.partial_support``) and ``--threshold``
+``--likelihood`` sets ``label.likelihood_votes`` (w: the backbone's probability of a claim
+counted as w pseudo-samples, `spanuq/label/likelihood.py`).  The support rule is set by ``--partial`` (``label.partial_support``) and ``--threshold``
 (``label.embedding_threshold``: how close a sample sentence must be to count as the same claim).
 
     python benchmarks/bench_labels.py DATA_DIR [DATA_DIR ...] --samples 3 5 7 --budget 48 128 \\
@@ -77,6 +78,23 @@ def memoize_text_models(aligner) -> None:
     offline.split_sentences = split_sentences
 
 
+def memo_likelihood(cfg):
+    """`AnchorLikelihood` that runs the backbone once per greedy answer across settings (speed only)."""
+    from spanuq.label.likelihood import AnchorLikelihood
+
+    lik, memo = AnchorLikelihood(cfg), {}
+    inner = lik.token_logprobs
+
+    def token_logprobs(gen):
+        key = (gen.chat_prompt, gen.greedy.text)
+        if key not in memo:
+            memo[key] = inner(gen)
+        return memo[key]
+
+    lik.token_logprobs = token_logprobs
+    return lik
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data", nargs="+", type=Path)
@@ -87,6 +105,8 @@ def main() -> None:
                     help="label.embedding_threshold values (default: params.yaml's)")
     ap.add_argument("--omission", nargs="+", default=[None], choices=["against", "abstain", None],
                     help="label.omission values (default: params.yaml's)")
+    ap.add_argument("--likelihood", nargs="+", type=float, default=[None],
+                    help="label.likelihood_votes values (default: params.yaml's)")
     ap.add_argument("--bootstrap", type=int, default=500)
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
@@ -102,21 +122,24 @@ def main() -> None:
     tok = load_tokenizer(base)
     aligner = make_aligner(base.label)
     memoize_text_models(aligner)
+    likelihood = memo_likelihood(base)
     rows = []
-    print("| run | S | budget | partial | close ≥ | omission | answers | spans | below 0.5 | tie | truth AUROC [95% CI] | correct/wrong | "
+    print("| run | S | budget | partial | close ≥ | omission | w | answers | spans | below 0.5 | tie | truth AUROC [95% CI] | correct/wrong | "
           "sample tokens/prompt | truncated |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for data in args.data:
         prompts = {p.id: p for p in read_records(data / "prompts.jsonl", Prompt)}
         gens = read_records(data / base.backbone.name / "generations.jsonl", Generation)
         decoding = gens[0].decoding
-        for s, b, partial, thr, om in itertools.product(args.samples, args.budget, args.partial, args.threshold,
-                                                         args.omission):
+        for s, b, partial, thr, om, w in itertools.product(args.samples, args.budget, args.partial, args.threshold,
+                                                            args.omission, args.likelihood):
             thr = base.label.embedding_threshold if thr is None else thr
             om = om or base.label.omission
-            cfg = base.label.model_copy(update={"partial_support": partial, "embedding_threshold": thr, "omission": om})
+            w = base.label.likelihood_votes if w is None else w
+            cfg = base.label.model_copy(update={"partial_support": partial, "embedding_threshold": thr, "omission": om,
+                                                "likelihood_votes": w})
             aligner.threshold = getattr(aligner, "base", aligner).threshold = thr
-            lab = OfflineLabeller(cfg, aligner)
+            lab = OfflineLabeller(cfg, aligner, likelihood=likelihood)
             u, truth, tokens, trunc, nsamp = [], [], 0, 0, 0
             for g in gens:
                 gc = cut(g, s, b, tok)
@@ -130,7 +153,7 @@ def main() -> None:
             tc = truth_check(truth, 0.5, args.bootstrap)
             auc = tc["auroc"]
             row = {"run": f"{data}", "T": decoding.get("temperature"), "S": s, "budget": b, "partial": partial,
-                   "threshold": thr, "omission": om,
+                   "threshold": thr, "omission": om, "likelihood_votes": w,
                    "answers": len(gens), "spans": len(u), "below": float((~is_positive(u)).mean()),
                    "tie": int(np.isclose(u, 0.5).sum()), "truth_auroc": auc.get("value"), "truth_ci": auc.get("ci"),
                    "correct": tc["correct"], "wrong": tc["wrong"], "u_correct": tc["u_correct"]["mean"],
@@ -139,7 +162,7 @@ def main() -> None:
             rows.append(row)
             ci = f" [{auc['ci'][0]:.2f}, {auc['ci'][1]:.2f}]" if auc.get("ci") else ""
             val = f"{auc['value']:.3f}{ci}" if auc.get("value") is not None else "—"
-            print(f"| T={row['T']} {data.name} | {s} | {b} | {partial:g} | {thr:g} | {om} | {len(gens)} | {len(u)} | "
+            print(f"| T={row['T']} {data.name} | {s} | {b} | {partial:g} | {thr:g} | {om} | {w:g} | {len(gens)} | {len(u)} | "
                   f"{row['below']:.1%} | {row['tie']} | {val} | {tc['correct']}/{tc['wrong']} | "
                   f"{row['tokens_per_prompt']:.0f} | {row['truncated']:.0%} |", flush=True)
     if args.json:

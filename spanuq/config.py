@@ -204,6 +204,9 @@ class LabelConfig(_Section):
     # offline: a sample that says nothing about a claim (no key term, no sentence near it even before
     # the key-term gate) votes against it (`against`, the paper's Eq. 11) or abstains (`abstain`)
     omission: Literal["against", "abstain"] = "against"
+    # offline: the backbone's probability of a claim's anchor counted as this many pseudo-samples
+    # (`label/likelihood.py`); 0 = self-consistency alone (paper Eq. 11)
+    likelihood_votes: float = Field(default=0.0, ge=0.0)
     device: str = "auto"  # embedding / NLI model device
 
 

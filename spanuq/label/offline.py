@@ -44,6 +44,11 @@ and no Wikipedia dump.  For one greedy answer with S samples:
 
    u*_k = 1 − mean over voting samples s of support_s(k)        (paper Eq. 11)
 
+4. **Likelihood votes** (``label.likelihood_votes`` = w > 0): the backbone's own
+   probability p̄_k of the claim's anchor tokens in the greedy answer counts as w more
+   samples (`likelihood.py`): u*_k = 1 − (Σ_s support_s(k) + w·p̄_k) / (S_k + w).  A claim
+   the reference rule calls wrong keeps u* = 1.
+
 What this measures: mostly *self-consistency* (would the model say this again?)
 plus reference checks on the answer slot.  What it misses: a claim the model
 states consistently but wrongly, where no reference covers it, gets a low u*.
@@ -169,10 +174,14 @@ class OfflineLabeller:
     name = "offline"
     version = VERSION
 
-    def __init__(self, cfg: LabelConfig, aligner: Aligner, nlp=None):
+    def __init__(self, cfg: LabelConfig, aligner: Aligner, nlp=None, likelihood=None):
         self.cfg = cfg
         self.aligner = aligner
         self.nlp = nlp if nlp is not None else load_spacy(cfg.spacy_model)
+        # `likelihood.AnchorLikelihood` (or anything with its ``probs``): needed when label.likelihood_votes > 0
+        self.likelihood = likelihood
+        if cfg.likelihood_votes > 0 and likelihood is None:
+            raise ValueError("label.likelihood_votes > 0 needs the backbone's likelihood (AnchorLikelihood)")
 
     def label(self, gen: Generation, prompt: Prompt) -> LabelResult:
         answer = gen.greedy.text
@@ -196,6 +205,8 @@ class OfflineLabeller:
         refs = [r for r in prompt.references if r.strip()]
         # the slots' verdicts: applied to the labels only with use_references, always kept for the truth check
         verdicts = reference_verdicts(units, answer, prompt, self.cfg.term_min_score) if refs else {}
+        w = self.cfg.likelihood_votes
+        p_bar = self.likelihood.probs(gen, [(u.start, u.end) for u in units]) if w > 0 else [None] * len(units)
         claims, truth = [], []
         stats.update(abstentions=0, no_votes=0, truncated_samples=sum(s.finish_reason == "length" for s in gen_samples))
         for k, u in enumerate(units):
@@ -221,11 +232,15 @@ class OfflineLabeller:
             evidence = ([f"samples:{agree}/{len(votes)} agree"] + ([f"abstained:{abstained}"] if abstained else [])
                         + ([f"reference:{verdict}"] if verdict else []))
             cid = f"{gen.prompt_id}:{k}"
-            claims.append(Claim(id=cid, prompt_id=gen.prompt_id, text=u.text,
-                                start=u.start, end=u.end, support=votes, evidence=evidence))
+            if p_bar[k] is not None:
+                evidence.append(f"likelihood:{p_bar[k]:.3f}x{w:g}")
+            # a claim the reference rule calls wrong stays wrong whatever the model's confidence
+            lik = None if verdict == "mismatch" else p_bar[k]
+            claims.append(Claim(id=cid, prompt_id=gen.prompt_id, text=u.text, start=u.start, end=u.end,
+                                support=votes, evidence=evidence, likelihood=lik, likelihood_weight=w if lik is not None else 0.0))
             if k in verdicts and blind and prompt.domain in FACTOID_DOMAINS and not truth:
                 # the answer slot: the first span the reference rule judges (units are in text order)
-                truth.append(truth_row(cid, gen.prompt_id, u.anchor, verdicts[k], blind))
+                truth.append(truth_row(cid, gen.prompt_id, u.anchor, verdicts[k], blind, p_bar[k], w))
         stats.update(reference_match=sum(v == "match" for v in verdicts.values()),
                      reference_mismatch=sum(v == "mismatch" for v in verdicts.values()))
         return LabelResult(claims, "ok" if claims else "no_claims", stats=stats, truth=truth)

@@ -76,9 +76,11 @@ def open_labeller(cfg: Config, paths: StagePaths) -> Iterator[object]:
 
     aligner = make_aligner(cfg.label)
     if cfg.label.method == "offline":
+        from .likelihood import AnchorLikelihood
         from .offline import OfflineLabeller
 
-        yield OfflineLabeller(cfg.label, aligner)
+        likelihood = AnchorLikelihood(cfg) if cfg.label.likelihood_votes > 0 else None
+        yield OfflineLabeller(cfg.label, aligner, likelihood=likelihood)
         return
     from .judge import Judge
     from .judge_labeller import JudgeLabeller

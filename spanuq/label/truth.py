@@ -25,7 +25,8 @@ sample that names any accepted answer), so checking those labels against the
 references would only check the rule against itself.  The u* checked here is
 the one the labeller computes for the same span *without* the rule: the plain
 self-consistency vote over the samples (same claim extraction, alignment,
-support rule and abstentions).  Holding the rule out rather than checking the
+support rule and abstentions), with the likelihood votes when the teacher counts
+them (`likelihood.py`: the backbone's own probability of the span, no reference).  Holding the rule out rather than checking the
 spans it does not touch is the only choice: the spans it does not touch are
 exactly the ones whose truth is unknown.  Since every other span of every answer
 is labelled by that same self-consistency vote, this AUROC says how far the
@@ -42,13 +43,17 @@ from pathlib import Path
 
 import numpy as np
 
+from ..pipeline.records import soft_label
+
 HIST_BINS = 10
 SLOTS = ("correct", "wrong")
 
 
-def truth_row(claim_id: str, prompt_id: str, anchor: str, verdict: str, votes: list[float]) -> dict:
-    """One checked slot span: its reference verdict and its u* with the reference rule held out."""
-    u = 1.0 - sum(votes) / len(votes) if votes else 1.0
+def truth_row(claim_id: str, prompt_id: str, anchor: str, verdict: str, votes: list[float],
+              likelihood: float | None = None, weight: float = 0.0) -> dict:
+    """One checked slot span: its reference verdict and its u* with the reference rule held out
+    (the samples' votes and, when the teacher counts them, the likelihood votes: `records.soft_label`)."""
+    u = soft_label(votes, likelihood, weight)
     return {"claim_id": claim_id, "prompt_id": prompt_id, "anchor": anchor,
             "slot": "correct" if verdict == "match" else "wrong", "u": round(float(u), 6), "votes": len(votes)}
 
@@ -64,7 +69,7 @@ def truth_check(rows: list[dict], positive_threshold: float = 0.5, bootstrap: in
     wrong = np.array([r["slot"] == "wrong" for r in rows], dtype=float)
     groups = [r["prompt_id"] for r in rows]
     out: dict = {
-        "measures": "AUROC of u* (reference rule held out: self-consistency only) for wrong vs correct "
+        "measures": "AUROC of u* (reference rule held out: self-consistency and likelihood votes) for wrong vs correct "
                     "answer-slot spans of factoid answers with references",
         "spans": len(rows), "answers": len(set(groups)),
         "correct": int((wrong == 0).sum()), "wrong": int(wrong.sum()),

@@ -87,6 +87,16 @@ def teacher_forced_ids(model, prompt_ids: list[list[int]], responses: list[list[
         yield hs[i, :, st: st + T], out.logits[i, st - 1: st - 1 + T]
 
 
+@torch.inference_mode()
+def token_logprobs(model, prompt_ids: list[int], response: list[int]):
+    """log p(y_t | x, y_<t) of each response token, from one teacher-forced pass (numpy, float64)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(prompt_ids) + list(response)], device=device)
+    logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1: -1].float()
+    logp = torch.log_softmax(logits, -1)
+    return logp[torch.arange(len(response), device=device), torch.tensor(response, device=device)].double().cpu().numpy()
+
+
 def feature_items(pairs, responses: list[list[int]], out_dtype: torch.dtype = torch.float16) -> list[FeatureItem]:
     """`FeatureItem`s from `teacher_forced` output restricted to the fused layers."""
     return [FeatureItem(fuse_layers(hidden).to(out_dtype).cpu(), token_entropy(logits).cpu(),

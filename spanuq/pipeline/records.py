@@ -85,13 +85,27 @@ class Claim(_Record):
     start: int
     end: int
     support: list[float]  # per sample: 1 supported / 0 unsupported / 0.5 ambiguous
+    # offline teacher: the backbone's own probability of the claim's anchor, counted as
+    # `likelihood_weight` pseudo-samples (`label.likelihood_votes`, `label/likelihood.py`)
+    likelihood: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    likelihood_weight: float = Field(default=0.0, exclude_if=lambda v: not v)
     evidence: list[str] = Field(default_factory=list)
     repaired: bool = False  # span offsets repaired by fuzzy matching
 
     @property
     def u(self) -> float:
-        """Soft label u* = 1 - mean support over the S samples (paper Eq. 11)."""
-        return 1.0 - sum(self.support) / len(self.support) if self.support else 1.0
+        """Soft label u* (`soft_label`)."""
+        return soft_label(self.support, self.likelihood, self.likelihood_weight)
+
+
+def soft_label(support: list[float], likelihood: float | None = None, weight: float = 0.0) -> float:
+    """u* = 1 − (Σ_s support_s + w·p̄) / (S + w)   (paper Eq. 11 when w = 0: 1 − mean support).
+
+    ``likelihood`` p̄: the backbone's own probability of the claim, counted as ``weight`` (w)
+    pseudo-samples that back it (`label/likelihood.py`); nothing to vote gives 1."""
+    w = weight if likelihood is not None else 0.0
+    n = len(support) + w
+    return 1.0 - (sum(support) + w * (likelihood or 0.0)) / n if n > 0 else 1.0
 
 
 class SpanTarget(BaseModel):
