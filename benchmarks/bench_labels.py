@@ -78,23 +78,6 @@ def memoize_text_models(aligner) -> None:
     offline.split_sentences = split_sentences
 
 
-def memo_likelihood(cfg):
-    """`AnchorLikelihood` that runs the backbone once per greedy answer across settings (speed only)."""
-    from spanuq.label.likelihood import AnchorLikelihood
-
-    lik, memo = AnchorLikelihood(cfg), {}
-    inner = lik.token_logprobs
-
-    def token_logprobs(gen):
-        key = (gen.chat_prompt, gen.greedy.text)
-        if key not in memo:
-            memo[key] = inner(gen)
-        return memo[key]
-
-    lik.token_logprobs = token_logprobs
-    return lik
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data", nargs="+", type=Path)
@@ -112,6 +95,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from spanuq.label.align import make_aligner
+    from spanuq.label.likelihood import AnchorLikelihood
     from spanuq.label.offline import OfflineLabeller
     from spanuq.label.truth import truth_check
     from spanuq.metrics.uq import is_positive
@@ -122,7 +106,7 @@ def main() -> None:
     tok = load_tokenizer(base)
     aligner = make_aligner(base.label)
     memoize_text_models(aligner)
-    likelihood = memo_likelihood(base)
+    likelihood = AnchorLikelihood(base)  # one pass per greedy answer, kept across settings
     rows = []
     print("| run | S | budget | partial | close ≥ | omission | w | answers | spans | below 0.5 | tie | truth AUROC [95% CI] | correct/wrong | "
           "sample tokens/prompt | truncated |")

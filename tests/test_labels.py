@@ -257,6 +257,73 @@ def test_the_truth_check_is_not_set_by_the_reference_rule(offline, tok):
     assert bergen.u == 1.0 and "reference:mismatch" in bergen.evidence  # the label itself is the rule's
 
 
+# ---------------------------------------------------------------- likelihood votes
+@pytest.fixture(scope="module")
+def likelihood():
+    from spanuq.config import load_config
+    from spanuq.label.likelihood import AnchorLikelihood
+
+    return AnchorLikelihood(load_config(None))  # the real SmolLM2, loaded on first use
+
+
+def asked(tok, prompt: Prompt, greedy: str, samples: list[str]) -> Generation:
+    """A generation whose chat prompt is the one the backbone would have seen."""
+    from spanuq.llm.loading import chat_prompt
+
+    return generation(tok, prompt.id, greedy, samples).model_copy(update={"chat_prompt": chat_prompt(tok, prompt.text)})
+
+
+def test_likelihood_votes_count_the_backbone_s_confidence_in_a_claim_as_pseudo_samples(offline, tok, likelihood):
+    """u* = 1 − (Σ_s support_s + w·p̄)/(S + w): with samples that never name the capital, the
+    vote alone calls "Canberra" and "Zanzibar" equally wrong; the backbone's own probability of
+    each, where the answer said it, tells them apart."""
+    from spanuq.label.offline import OfflineLabeller
+
+    ask = Prompt(id="au-open", domain="custom", text="What is the capital of Australia?")
+    quiet = ["I am not sure about that.", "Australia is a large country.", "It has many cities."]
+    gens = {city: asked(tok, ask, f"The capital of Australia is {city}.", quiet) for city in ("Canberra", "Zanzibar")}
+    plain = {c: offline.label(g, ask).claims for c, g in gens.items()}
+    assert {c: [x.u for x in cl if x.text.endswith(c + ".")] for c, cl in plain.items()} == {
+        "Canberra": [1.0], "Zanzibar": [1.0]}
+    lab = OfflineLabeller(offline.cfg.model_copy(update={"likelihood_votes": 10.0}), offline.aligner, offline.nlp,
+                          likelihood)
+    u = {}
+    for city, g in gens.items():
+        (c,) = [c for c in lab.label(g, ask).claims if g.greedy.text[c.start:c.end] == city]
+        (p_bar,) = likelihood.probs(g, [(c.start, c.end)])
+        assert 0 < p_bar < 1 and c.likelihood == pytest.approx(p_bar)
+        assert c.u == pytest.approx(1 - (sum(c.support) + 10 * p_bar) / (len(c.support) + 10))
+        assert any(e.startswith("likelihood:") for e in c.evidence)
+        u[city] = c.u
+    assert u["Canberra"] < u["Zanzibar"] < 1.0
+
+
+def test_a_wrong_slot_stays_wrong_and_the_truth_check_sees_the_likelihood_votes(offline, tok, likelihood):
+    from spanuq.label.offline import OfflineLabeller
+
+    lab = OfflineLabeller(offline.cfg.model_copy(update={"likelihood_votes": 10.0}), offline.aligner, offline.nlp,
+                          likelihood)
+    norway = CAPITALS[2]
+    res = lab.label(asked(tok, norway, "The capital of Norway is Bergen.", ["Bergen."] * 3), norway)
+    (bergen,) = [c for c in res.claims if "reference:mismatch" in c.evidence]
+    assert bergen.u == 1.0 and bergen.likelihood is None  # the reference rule's label, whatever the model believed
+    (row,) = res.truth  # held out: three votes for Bergen and the backbone's own belief in it
+    assert row["slot"] == "wrong" and 0.0 < row["u"] < 1.0
+
+
+def test_the_likelihood_pass_is_the_same_batched_or_alone(tok, likelihood):
+    from spanuq.label.likelihood import AnchorLikelihood
+
+    gens = [asked(tok, p, f"The capital of {p.id} is {p.references[0]}, a city of {n} people.", ["x"])
+            for p, n in zip(CAPITALS, ("4 million", "10 million", "700,000", "6 million"))]
+    likelihood.prefetch(gens, progress=False)  # one right-padded batch
+    alone = AnchorLikelihood(likelihood.cfg)
+    alone._model, alone._tok = likelihood._model, likelihood._tok
+    for g in gens:
+        span = [(g.greedy.text.index("is ") + 3, len(g.greedy.text))]
+        assert alone.probs(g, span) == pytest.approx(likelihood.probs(g, span), rel=1e-5)
+
+
 def test_without_references_labels_are_self_consistency(offline, tok):
     p = Prompt(id="b", domain="biography", text="Tell me a bio of Ada Lovelace.")
     g = generation(tok, "b", "Ada Lovelace was born in 1815 in London.", [

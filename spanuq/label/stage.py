@@ -114,6 +114,9 @@ def label_all(cfg: Config, prompts: dict[str, Prompt], gens: list[Generation], l
 
     out: list[LabelResult] = []
     failed: list[tuple[str, str]] = []
+    if getattr(labeller, "likelihood", None) is not None:  # the backbone's pass, batched, for what is not cached
+        labeller.likelihood.prefetch([g for g in gens if g.prompt_id in prompts
+                                      and label_key(cfg, labeller, g, prompts[g.prompt_id]) not in cache], progress)
     bar = tqdm(gens, desc=f"label[{labeller.name}]", unit="answer", disable=not progress)
     for g in bar:
         prompt = prompts.get(g.prompt_id)

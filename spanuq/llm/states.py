@@ -88,13 +88,22 @@ def teacher_forced_ids(model, prompt_ids: list[list[int]], responses: list[list[
 
 
 @torch.inference_mode()
-def token_logprobs(model, prompt_ids: list[int], response: list[int]):
-    """log p(y_t | x, y_<t) of each response token, from one teacher-forced pass (numpy, float64)."""
+def token_logprobs(model, prompt_ids: list[list[int]], responses: list[list[int]], pad_id: int = 0) -> list:
+    """log p(y_t | x, y_<t) of each response token, one teacher-forced pass over a right-padded
+    batch (no hidden states kept): a float64 numpy array per pair."""
     device = next(model.parameters()).device
-    ids = torch.tensor([list(prompt_ids) + list(response)], device=device)
-    logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1: -1].float()
-    logp = torch.log_softmax(logits, -1)
-    return logp[torch.arange(len(response), device=device), torch.tensor(response, device=device)].double().cpu().numpy()
+    seqs = [list(p) + list(r) for p, r in zip(prompt_ids, responses)]
+    ids = torch.full((len(seqs), max(len(x) for x in seqs)), pad_id, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    for i, x in enumerate(seqs):
+        ids[i, : len(x)] = torch.tensor(x)
+        att[i, : len(x)] = 1
+    logits = model(input_ids=ids.to(device), attention_mask=att.to(device)).logits
+    out = []
+    for i, (p, r) in enumerate(zip(prompt_ids, responses)):
+        logp = torch.log_softmax(logits[i, len(p) - 1: len(p) - 1 + len(r)].float(), -1)
+        out.append(logp[torch.arange(len(r), device=device), torch.tensor(r, device=device)].double().cpu().numpy())
+    return out
 
 
 def feature_items(pairs, responses: list[list[int]], out_dtype: torch.dtype = torch.float16) -> list[FeatureItem]:
