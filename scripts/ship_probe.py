@@ -182,7 +182,9 @@ def render(card: dict) -> str:
         f"sha256 `{w['sha256']}`.",
         f"- Data: {card['data']['prompts']['n_prompts']} {card['data']['prompts']['source']} prompts; {split_line}.",
         f"- Teacher: {lab['method']} labels from S = {g['n_samples']} samples at T = {g['temperature']} "
-        f"(top-p {g['top_p']}, {g['sample_max_new_tokens']} new tokens), alignment {lab['alignment']}.",
+        f"(top-p {g['top_p']}, {g['sample_max_new_tokens']} new tokens), alignment {lab['alignment']}"
+        + (f", the backbone's probability of each claim counted as {lab['likelihood_votes']:g} more votes"
+           if lab.get("likelihood_votes") else "") + ".",
         f"- Calibration (fitted on dev): temperature {c['temperature']:.3f}, validity threshold "
         f"{c['validity_threshold']:.3f}, duplicate IoU {c['dup_iou']}.",
         f"- Test split: {m['n_responses']} answers, {m['n_spans']} labelled spans; every figure below is over every "

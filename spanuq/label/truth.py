@@ -69,7 +69,8 @@ def truth_check(rows: list[dict], positive_threshold: float = 0.5, bootstrap: in
     wrong = np.array([r["slot"] == "wrong" for r in rows], dtype=float)
     groups = [r["prompt_id"] for r in rows]
     out: dict = {
-        "measures": "AUROC of u* (reference rule held out: self-consistency and likelihood votes) for wrong vs correct "
+        "measures": "AUROC of u* (reference rule held out: self-consistency, with the likelihood votes when "
+                    "label.likelihood_votes > 0) for wrong vs correct "
                     "answer-slot spans of factoid answers with references",
         "spans": len(rows), "answers": len(set(groups)),
         "correct": int((wrong == 0).sum()), "wrong": int(wrong.sum()),
