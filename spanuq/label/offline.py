@@ -237,7 +237,8 @@ class OfflineLabeller:
             # a claim the reference rule calls wrong stays wrong whatever the model's confidence
             lik = None if verdict == "mismatch" else p_bar[k]
             claims.append(Claim(id=cid, prompt_id=gen.prompt_id, text=u.text, start=u.start, end=u.end,
-                                support=votes, evidence=evidence, likelihood=lik, likelihood_weight=w if lik is not None else 0.0))
+                                support=votes, evidence=evidence, likelihood=lik,
+                                likelihood_weight=w if lik is not None else 0.0))
             if k in verdicts and blind and prompt.domain in FACTOID_DOMAINS and not truth:
                 # the answer slot: the first span the reference rule judges (units are in text order)
                 truth.append(truth_row(cid, gen.prompt_id, u.anchor, verdicts[k], blind, p_bar[k], w))

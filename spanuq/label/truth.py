@@ -26,7 +26,8 @@ references would only check the rule against itself.  The u* checked here is
 the one the labeller computes for the same span *without* the rule: the plain
 self-consistency vote over the samples (same claim extraction, alignment,
 support rule and abstentions), with the likelihood votes when the teacher counts
-them (`likelihood.py`: the backbone's own probability of the span, no reference).  Holding the rule out rather than checking the
+them (`likelihood.py`: the backbone's own probability of the span, no reference).
+Holding the rule out rather than checking the
 spans it does not touch is the only choice: the spans it does not touch are
 exactly the ones whose truth is unknown.  Since every other span of every answer
 is labelled by that same self-consistency vote, this AUROC says how far the

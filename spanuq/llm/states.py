@@ -66,24 +66,30 @@ def teacher_forced(model, tokenizer, chat_prompts: list[str], responses: list[li
     yield from teacher_forced_ids(model, prompt_ids, responses, tokenizer.pad_token_id or 0, layers)
 
 
+def right_padded(prompt_ids: list[list[int]], responses: list[list[int]], pad_id: int = 0
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input ids, attention mask) of [prompt; response] pairs, right-padded: the real tokens keep
+    their positions, so response token t of pair i sits at ``len(prompt_ids[i]) + t``."""
+    seqs = [list(p) + list(r) for p, r in zip(prompt_ids, responses)]
+    ids = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+        att[i, : len(s)] = 1
+    return ids, att
+
+
 @torch.inference_mode()
 def teacher_forced_ids(model, prompt_ids: list[list[int]], responses: list[list[int]], pad_id: int = 0,
                        layers: list[int] | None = None):
     """`teacher_forced` on already tokenised prompts."""
     device = next(model.parameters()).device
-    seqs = [list(p) + list(r) for p, r in zip(prompt_ids, responses)]
-    starts = [len(p) for p in prompt_ids]
-    L = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
-    att = torch.zeros((len(seqs), L), dtype=torch.long)
-    for i, s in enumerate(seqs):  # right padding: positions of real tokens are unchanged
-        ids[i, : len(s)] = torch.tensor(s)
-        att[i, : len(s)] = 1
+    ids, att = right_padded(prompt_ids, responses, pad_id)
     out = model(input_ids=ids.to(device), attention_mask=att.to(device), output_hidden_states=True)
     keep = range(len(out.hidden_states)) if layers is None else layers
     hs = torch.stack([out.hidden_states[l] for l in keep], dim=1)  # (B, |keep|, L, d)
-    for i, (s, st) in enumerate(zip(seqs, starts)):
-        T = len(s) - st
+    for i, (p, r) in enumerate(zip(prompt_ids, responses)):
+        st, T = len(p), len(r)
         yield hs[i, :, st: st + T], out.logits[i, st - 1: st - 1 + T]
 
 
@@ -92,12 +98,7 @@ def token_logprobs(model, prompt_ids: list[list[int]], responses: list[list[int]
     """log p(y_t | x, y_<t) of each response token, one teacher-forced pass over a right-padded
     batch (no hidden states kept): a float64 numpy array per pair."""
     device = next(model.parameters()).device
-    seqs = [list(p) + list(r) for p, r in zip(prompt_ids, responses)]
-    ids = torch.full((len(seqs), max(len(x) for x in seqs)), pad_id, dtype=torch.long)
-    att = torch.zeros_like(ids)
-    for i, x in enumerate(seqs):
-        ids[i, : len(x)] = torch.tensor(x)
-        att[i, : len(x)] = 1
+    ids, att = right_padded(prompt_ids, responses, pad_id)
     logits = model(input_ids=ids.to(device), attention_mask=att.to(device)).logits
     out = []
     for i, (p, r) in enumerate(zip(prompt_ids, responses)):
