@@ -13,8 +13,9 @@ one), and a sample cut to b tokens is what a budget of b gives (finish reason
 * tokens — sample tokens the setting spends per prompt.
 
 ``--likelihood`` sets ``label.likelihood_votes`` (w: the backbone's probability of a claim
-counted as w pseudo-samples, `spanuq/label/likelihood.py`).  The support rule is set by ``--partial`` (``label.partial_support``) and ``--threshold``
-(``label.embedding_threshold``: how close a sample sentence must be to count as the same claim).
+counted as w pseudo-samples, `spanuq/label/likelihood.py`).  The support rule is set by
+``--partial`` (``label.partial_support``) and ``--threshold`` (``label.embedding_threshold``:
+how close a sample sentence must be to count as the same claim).
 
     python benchmarks/bench_labels.py DATA_DIR [DATA_DIR ...] --samples 3 5 7 --budget 48 128 \\
         --partial 0.5 1.0 --threshold 0.5 0.6
