@@ -207,6 +207,9 @@ class LabelConfig(_Section):
     # offline: the backbone's probability of a claim's anchor counted as this many pseudo-samples
     # (`label/likelihood.py`); 0 = self-consistency alone (paper Eq. 11)
     likelihood_votes: float = Field(default=0.0, ge=0.0)
+    # up to this many samples of each training prompt are also training answers, labelled against
+    # the greedy answer and the other samples (`label/sample_answers.py`); 0 = greedy answers only
+    sample_answers: int = Field(default=0, ge=0)
     device: str = "auto"  # embedding / NLI model device
 
 

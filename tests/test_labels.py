@@ -334,6 +334,30 @@ def test_without_references_labels_are_self_consistency(offline, tok):
     assert by_span["London"] == 1.0
 
 
+def test_a_sample_read_as_an_answer_is_labelled_against_the_greedy_answer_and_the_other_samples(offline, tok):
+    from spanuq.label.sample_answers import parse, sample_answer, sample_answers
+
+    p = Prompt(id="b", domain="biography", text="Tell me a bio of Ada Lovelace.")
+    g = generation(tok, "b", "Ada Lovelace was born in 1815 in London.", [
+        "Ada Lovelace was born in 1820 in Paris.",           # 0: a sample that disagrees
+        "Ada Lovelace was born in 1815 in London.",          # 1: the greedy answer again: not a new answer
+        "Ada Lovelace was born in 1815, in London I think",  # 2: cut off by its budget
+        "Ada Lovelace, born in 1815, was a mathematician.",  # 3
+    ], truncated=(2,))
+    kids = sample_answers(g, 5)
+    assert [parse(k.prompt_id) for k in kids] == [("b", 0), ("b", 3)]  # stopped, new, non-empty samples only
+    paris = sample_answer(g, 0)
+    assert paris.greedy.text == g.samples[0].text and len(paris.samples) == len(g.samples)
+    assert paris.samples[0].text == g.greedy.text  # the greedy answer votes, the answer itself does not
+    by_span = {paris.greedy.text[c.start:c.end]: c for c in offline.label(paris, p).claims}
+    # voters: greedy (1815, London), 1 (1815, London), 2 (cut off: 1815, London), 3 (1815): none says 1820 or Paris
+    assert by_span["1820"].u == 1.0 and by_span["Paris"].u == 1.0
+    assert len(by_span["1820"].support) == len(g.samples)
+    # sample 3's year: the greedy answer and samples 1, 2 back it, sample 0 says 1820
+    year = {kids[1].greedy.text[c.start:c.end]: c.u for c in offline.label(kids[1], p).claims}["1815"]
+    assert year == pytest.approx(1 / 4)
+
+
 def test_empty_and_claimless_answers_are_recorded_with_a_status(offline, tok):
     assert offline.label(generation(tok, "au", "", ["Canberra."]), AUSTRALIA).status == "empty"
     assert offline.label(generation(tok, "au", "Hmm, okay!", ["Canberra."]), AUSTRALIA).status == "no_claims"
@@ -397,6 +421,45 @@ def test_label_stage_writes_labels_report_and_plot_and_resumes(make_cfg, tok):
     run_label(cfg, progress=False)
     assert json.loads(paths.label_report.read_text())["cache"] == {"hits": 7, "misses": 0}
     assert paths.labels.read_text() == before
+
+
+def test_sample_answers_join_training_only_from_training_prompts(make_cfg, tok):
+    from spanuq.label.sample_answers import parent_id, read_answers
+    from spanuq.label.stage import run_label
+
+    cfg = make_cfg("label.sample_answers=1", "prompts.split_by=prompts")
+    paths = write_inputs(cfg, tok)
+    held_out = {"fr": "test", "ww": "dev"}
+    write_jsonl(paths.prompts, [p.model_copy(update={"split": held_out.get(p.id, "train")}) for p in PROMPTS])
+    run_label(cfg, progress=False)
+    recs = {r.prompt_id: r for r in read_records(paths.labels, LabeledResponse)}
+    kids = {k: r for k, r in recs.items() if parent_id(k) != k}
+    assert kids and {r.split for r in kids.values()} == {"train"}
+    parents = {parent_id(k) for k in kids}
+    assert parents <= {"au", "bio", "es", "empty", "none"}  # training prompts only, none of dev/test
+    assert len(kids) == len(parents)  # one sample each
+    report = json.loads(paths.label_report.read_text())
+    assert report["responses"] == len(PROMPTS)  # the run's own answers; the sample answers apart
+    assert report["sample_answers"]["answers"] == len(kids)
+    assert report["sample_answers"]["spans"] == sum(len(r.spans) for r in kids.values())
+    # the stages after `label` read them rebuilt from their prompt's record, with the greedy answer voting
+    answers = {g.prompt_id: g for g in read_answers(paths.generations, paths.labels)}
+    gens = {g.prompt_id: g for g in read_records(paths.generations, Generation)}
+    for k, r in kids.items():
+        g, i = gens[parent_id(k)], int(k.rsplit("@sample", 1)[1])
+        assert answers[k].greedy.text == g.samples[i].text == r.response
+        assert answers[k].samples[0].text == g.greedy.text
+    from spanuq.baselines.context import AnswerContext
+
+    ctx = AnswerContext.from_files(paths.generations, paths.labels, paths.claims).answers
+    assert all(ctx[k].answer == r.response and ctx[k].question == gens[parent_id(k)].prompt_text
+               for k, r in kids.items())
+    # switching it off labels the same greedy answers from the cache and drops the sample answers
+    before = {k: r for k, r in recs.items() if k not in kids}
+    run_label(make_cfg("prompts.split_by=prompts"), progress=False)
+    again = {r.prompt_id: r for r in read_records(paths.labels, LabeledResponse)}
+    assert again == before
+    assert json.loads(paths.label_report.read_text())["cache"]["misses"] == 0
 
 
 # ---------------------------------------------------------------- the judge path

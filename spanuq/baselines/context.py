@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import Config
+from ..label.sample_answers import read_answers
 from ..pipeline.files import read_records
 from ..pipeline.paths import StagePaths
-from ..pipeline.records import Claim, Generation, LabeledResponse
+from ..pipeline.records import Claim, LabeledResponse
 
 
 @dataclass
@@ -64,7 +65,7 @@ class AnswerContext:
         claim_text = {}
         if claims is not None and Path(claims).exists():
             claim_text = {c.id: c.text for c in read_records(claims, Claim)}
-        gens = {g.prompt_id: g for g in read_records(generations, Generation)}
+        gens = {g.prompt_id: g for g in read_answers(generations, labels)}
         answers = {}
         for rec in read_records(labels, LabeledResponse):
             g = gens.get(rec.prompt_id)

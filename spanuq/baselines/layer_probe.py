@@ -20,6 +20,7 @@ from ..metrics.uq import metric_value, span_metrics
 from ..llm.loading import load_backbone
 from ..llm.presets import get_preset
 from ..llm.states import teacher_forced
+from ..label.sample_answers import read_answers
 from ..pipeline.files import read_records, write_json
 from ..pipeline.paths import StagePaths
 from ..pipeline.records import Generation, LabeledResponse
@@ -49,7 +50,7 @@ def run_layer_probe(cfg: Config, layers: list[int] | None = None, out_dir: str |
     layers = layers or list(range(2, preset.n_layers + 1, 2))
     out = Path(out_dir) if out_dir else paths.root / "layer_probe"
     recs = [r for r in read_records(paths.labels, LabeledResponse) if r.status == "ok" and r.spans]
-    gens = {g.prompt_id: g for g in read_records(paths.generations, Generation)}
+    gens = {g.prompt_id: g for g in read_answers(paths.generations, paths.labels)}
     train = [r for r in recs if r.split == "train"]
     held = [r for r in recs if r.split == "dev"]
     if not train or not held:

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..features.dataset import ResponseExample
+from ..label.sample_answers import parent_id
 from .base import Granularity, SpanScorer
 
 FEATURES = ("prompt_overlap", "relative_position", "log_length")
@@ -79,7 +80,7 @@ class SurfacePrior(SpanScorer):
             texts = self.span_texts.get(e.prompt_id)
             if len(e.spans) and (texts is None or len(texts) != len(e.spans)):
                 raise KeyError(f"surface_prior: no span texts for {e.prompt_id!r} (labels.jsonl out of date?)")
-            prompt = self.prompts.get(e.prompt_id, "")
+            prompt = self.prompts.get(parent_id(e.prompt_id), "")
             onehot = [float(e.domain == d) for d in self.domains]
             T = max(1, e.n_tokens)
             for (b, end), text in zip(e.spans.tolist(), texts or []):

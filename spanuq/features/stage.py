@@ -1,4 +1,5 @@
-"""The `extract` stage: generations.jsonl → features/, the probe's input for every greedy answer.
+"""The `extract` stage: generations.jsonl → features/, the probe's input for every greedy answer
+(and every sample answer the label stage added to training, `label.sample_answers`).
 
 One teacher-forced pass of the frozen backbone per answer gives its fused hidden states and
 token entropy (`spanuq.llm.states.extract_batch`, paper Eq. 1).  Per-item results are cached
@@ -16,11 +17,12 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from ..config import Config
+from ..label.sample_answers import read_answers
 from ..llm.loading import load_backbone
 from ..llm.presets import fused_layers, get_preset
 from ..llm.states import FeatureItem, extract_batch
 from ..pipeline.cache import content_hash
-from ..pipeline.files import read_records, write_json
+from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
 from ..pipeline.records import Generation
 from .store import ShardWriter
@@ -36,7 +38,7 @@ def _item_key(cfg: Config, layers: list[int], g: Generation) -> str:
 def run_extract(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: generations.jsonl → features/ (shards + index) + report."""
     paths = StagePaths.from_config(cfg)
-    gens = [g for g in read_records(paths.generations, Generation) if g.greedy.token_ids]
+    gens = [g for g in read_answers(paths.generations, paths.labels) if g.greedy.token_ids]
     layers = fused_layers(cfg)
     preset = get_preset(cfg.backbone.name)
     bad = [l for l in layers if not 0 <= l <= preset.n_layers]

@@ -13,6 +13,8 @@ run retries only those.
 Splits are assigned here, stratified by domain × u*_seq bin (paper App. D), or
 kept from the prompts stage with ``prompts.split_by: prompts``; prompts added with
 ``prompts.add_train`` stay in train, and the run's own prompts split as they would without them.
+With ``label.sample_answers: k``, up to k samples of every training prompt become training answers
+too, labelled leave-one-out (`sample_answers.py`), after the split: they never decide it.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ from .truth import plot_truth, truth_check
 log = logging.getLogger(__name__)
 
 # label params that do not change a label (connection and speed settings)
-_NOT_IN_KEY = {"device"}
+_NOT_IN_KEY = {"device", "sample_answers"}  # sample_answers: which answers are labelled, not how
 _JUDGE_NOT_IN_KEY = {"base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s", "concurrency"}
 
 
@@ -183,6 +185,37 @@ def assign_label_splits(cfg: Config, records: list[LabeledResponse], prompts: di
         r.split = s
 
 
+def label_sample_answers(cfg: Config, prompts: dict[str, Prompt], gens: list[Generation],
+                         records: list[LabeledResponse], labeller, cache: ItemCache, tokenizer, progress: bool = True
+                         ) -> tuple[list[LabeledResponse], list[LabelResult]]:
+    """Up to ``label.sample_answers`` samples of every training prompt read as answers, each labelled
+    against the other S answers of its prompt (`sample_answers.py`); all in train, none of dev/test."""
+    from .sample_answers import parent_id, sample_answers, sample_prompt
+
+    k = cfg.label.sample_answers
+    if not k:
+        return [], []
+    split = {r.prompt_id: r for r in records}
+    kids = [a for g in gens if split[g.prompt_id].split == "train" for a in sample_answers(g, k)]
+    kid_prompts = {a.prompt_id: sample_prompt(prompts[parent_id(a.prompt_id)], a.prompt_id) for a in kids}
+    results = label_all(cfg, kid_prompts, kids, labeller, cache, progress)
+    results = [LabelResult(r.claims, r.status, r.error, r.stats, []) for r in results]  # truth: greedy answers only
+    kid_records, _ = build_records(kids, kid_prompts, results, tokenizer)
+    return kid_records, results
+
+
+def sample_answers_summary(records: list[LabeledResponse], k: int, positive_threshold: float) -> dict:
+    """What the sample answers added to training (label report → ``sample_answers``)."""
+    import numpy as np
+
+    from ..metrics.uq import is_positive
+
+    spans = [s.u for r in records for s in r.spans]
+    neg = int(np.sum(~is_positive(np.asarray(spans, dtype=float), positive_threshold)))
+    return {"per_prompt": k, "answers": len(records), "with_spans": sum(bool(r.spans) for r in records),
+            "spans": len(spans), "negatives": neg, "negative_share": round(neg / len(spans), 4) if spans else None}
+
+
 def run_label(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: label the greedy answers, write claims, labels, report and plots."""
     paths = StagePaths.from_config(cfg)
@@ -195,12 +228,14 @@ def run_label(cfg: Config, progress: bool = True) -> Path:
     t0 = time.perf_counter()
     with open_labeller(cfg, paths) as labeller:
         results = label_all(cfg, prompts, gens, labeller, cache, progress)
+        records, lost = build_records(gens, prompts, results, tokenizer)
+        assign_label_splits(cfg, records, prompts)
+        extra_records, extra_results = label_sample_answers(cfg, prompts, gens, records, labeller, cache, tokenizer,
+                                                            progress)
         judge_stats = labeller.judge.stats.as_dict() if hasattr(labeller, "judge") else None
     seconds = time.perf_counter() - t0
-    records, lost = build_records(gens, prompts, results, tokenizer)
-    assign_label_splits(cfg, records, prompts)
-    write_jsonl(paths.claims, [c for res in results for c in res.claims])
-    write_jsonl(paths.labels, records)
+    write_jsonl(paths.claims, [c for res in results + extra_results for c in res.claims])
+    write_jsonl(paths.labels, records + extra_records)
     stat_sum: dict[str, int] = {}
     for res in results:
         for k, v in res.stats.items():
@@ -222,6 +257,9 @@ def run_label(cfg: Config, progress: bool = True) -> Path:
         extra["judge"] = judge_stats
         extra["judge_failures"] = {k: judge_stats.get(k, 0) for k in
                                    ("format_failures", "http_failures", "transient_failures", "truncated_failures")}
+    if cfg.label.sample_answers:
+        extra["sample_answers"] = sample_answers_summary(extra_records, cfg.label.sample_answers,
+                                                         cfg.evaluate.positive_threshold)
     truth_rows = [t for res in results for t in res.truth]
     extra["truth"] = truth_check(truth_rows, cfg.evaluate.positive_threshold, cfg.evaluate.bootstrap, cfg.evaluate.seed)
     report = label_report(records, cfg.label.uncertainty_bins, extra, cfg.evaluate.positive_threshold)

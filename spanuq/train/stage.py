@@ -242,6 +242,7 @@ def dev_summary(metrics: dict | None, *names: str) -> dict[str, float | None]:
 
 def run_train(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: labels + features → probe checkpoint, report, MLflow run."""
+    from ..label.sample_answers import parent_id
     from ..llm.loading import load_tokenizer
     from ..pipeline import tracking
     from ..score.registry import log_probe
@@ -270,6 +271,7 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
         summary = dev_summary(dev_metrics, "auroc", "mae", "f1", "coverage", "pair_accuracy")
         dev_auroc = summary["dev_auroc"]
         report = {"backbone": cfg.backbone.name, "n_train": len(train), "n_dev": len(dev),
+                  "n_train_sample_answers": sum(parent_id(e.prompt_id) != e.prompt_id for e in train),
                   "train_dropped_unplaced": dropped, **calib,
                   "train_spans": int(sum(len(e.u) for e in train)), "seconds": round(seconds, 1),
                   "best_epoch": info["best_epoch"], "epochs_run": info["epochs_run"],
