@@ -424,7 +424,7 @@ def test_label_stage_writes_labels_report_and_plot_and_resumes(make_cfg, tok):
 
 
 def test_sample_answers_join_training_only_from_training_prompts(make_cfg, tok):
-    from spanuq.label.sample_answers import parent_id, read_answers
+    from spanuq.label.sample_answers import parent_id, parse, read_answers
     from spanuq.label.stage import run_label
 
     cfg = make_cfg("label.sample_answers=1", "prompts.split_by=prompts")
@@ -446,7 +446,7 @@ def test_sample_answers_join_training_only_from_training_prompts(make_cfg, tok):
     answers = {g.prompt_id: g for g in read_answers(paths.generations, paths.labels)}
     gens = {g.prompt_id: g for g in read_records(paths.generations, Generation)}
     for k, r in kids.items():
-        g, i = gens[parent_id(k)], int(k.rsplit("@sample", 1)[1])
+        g, i = gens[parent_id(k)], parse(k)[1]
         assert answers[k].greedy.text == g.samples[i].text == r.response
         assert answers[k].samples[0].text == g.greedy.text
     from spanuq.baselines.context import AnswerContext
