@@ -52,33 +52,6 @@ def cut(gen: Generation, n_samples: int, budget: int, tok) -> Generation:
     return gen.model_copy(update={"samples": out})
 
 
-def memoize_text_models(aligner) -> None:
-    """Settings re-label the same texts: parse and embed each text once (speed only)."""
-    import spanuq.label.offline as offline
-
-    base = getattr(aligner, "base", aligner)
-    if hasattr(base, "encode"):
-        enc, memo = base.encode, {}
-
-        def encode(texts):
-            import numpy as np
-
-            todo = [t for t in dict.fromkeys(texts) if t not in memo]
-            if todo:
-                memo.update(zip(todo, enc(todo)))
-            return np.stack([memo[t] for t in texts]) if texts else enc(texts)
-
-        base.encode = encode
-    split, sents = offline.split_sentences, {}
-
-    def split_sentences(nlp, texts):
-        todo = [t for t in dict.fromkeys(texts) if t not in sents]
-        sents.update(zip(todo, split(nlp, todo)))
-        return [sents[t] for t in texts]
-
-    offline.split_sentences = split_sentences
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data", nargs="+", type=Path)
@@ -101,12 +74,16 @@ def main() -> None:
     from spanuq.label.truth import truth_check
     from spanuq.metrics.uq import is_positive
     from spanuq.llm.loading import load_tokenizer
+    from spanuq.pipeline.cache import RecentValues
     import numpy as np
 
     base = load_config(REPO / "params.yaml")
     tok = load_tokenizer(base)
     aligner = make_aligner(base.label)
-    memoize_text_models(aligner)
+    # the settings re-read the same texts: keep every embedding and sentence split (speed only)
+    if hasattr(getattr(aligner, "base", aligner), "recent"):
+        getattr(aligner, "base", aligner).recent.size = 10**7
+    sentences = RecentValues(10**7)
     likelihood = AnchorLikelihood(base)  # one pass per greedy answer, kept across settings
     rows = []
     print("| run | S | budget | partial | close ≥ | omission | w | answers | spans | below 0.5 | tie | truth AUROC [95% CI] | correct/wrong | "
@@ -125,6 +102,7 @@ def main() -> None:
                                                 "likelihood_votes": w})
             aligner.threshold = getattr(aligner, "base", aligner).threshold = thr
             lab = OfflineLabeller(cfg, aligner, likelihood=likelihood)
+            lab.sentences = sentences
             u, truth, tokens, trunc, nsamp = [], [], 0, 0, 0
             for g in gens:
                 gc = cut(g, s, b, tok)

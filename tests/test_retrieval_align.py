@@ -102,3 +102,32 @@ def test_embedding_similarity_never_matches_a_contradiction(make_cfg):
     s = aligner.scores(["Albert Einstein was born in Ulm."], ["He was born in Ulm."],
                        context="Tell me about Albert Einstein.")
     assert s[0, 0] > aligner.threshold
+
+
+class CountingEncoder:
+    """The sentence-embedding model, recording every text it is asked to encode."""
+
+    def __init__(self, model):
+        self.model, self.texts = model, []
+
+    def encode(self, texts, **kw):
+        self.texts += texts
+        return self.model.encode(texts, **kw)
+
+
+def test_embedding_aligner_encodes_each_text_once_and_scores_the_same(make_cfg):
+    """A prompt's samples are read by every answer labelled against them: their embeddings are kept."""
+    shared = make_aligner(make_cfg().label).base
+    model = CountingEncoder(shared.model)
+    aligner = EmbeddingAligner(model, shared.threshold)
+    claims = ["Canberra is the capital of Australia."]
+    samples = ["Australia's capital city is Canberra.", "Penicillin was found by Fleming."]
+    first = aligner.scores(claims, samples)
+    np.testing.assert_allclose(first, shared.scores(claims, samples), atol=1e-6)
+    model.texts.clear()
+    again = aligner.scores(["Sydney is in Australia.", *claims], samples)
+    assert model.texts == ["Sydney is in Australia."]
+    np.testing.assert_allclose(again[1:], first, atol=1e-6)
+    small = EmbeddingAligner(model, shared.threshold, cache_size=1)
+    np.testing.assert_allclose(small.scores(claims, samples), first, atol=1e-6)
+    assert len(small.recent) == 1  # the texts read longest ago leave first

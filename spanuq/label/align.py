@@ -27,6 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from ..config import LabelConfig
+from ..pipeline.cache import RecentValues
 
 log = logging.getLogger(__name__)
 
@@ -57,17 +58,25 @@ def load_embedder(name: str, device: str = "auto"):
 
 
 class EmbeddingAligner:
-    def __init__(self, model, threshold: float = 0.6, batch_size: int = 64):
+    """Cosine similarity of unit-norm sentence embeddings.  Embeddings are kept for the last
+    ``cache_size`` texts: a prompt's samples are read again by every answer labelled against
+    them (the greedy answer, and each sample answer of `sample_answers.py`)."""
+
+    def __init__(self, model, threshold: float = 0.6, batch_size: int = 64, cache_size: int = 20_000):
         self.model, self.threshold, self.batch_size = model, threshold, batch_size
+        self.recent = RecentValues(cache_size)
 
     @classmethod
     def from_config(cls, cfg: LabelConfig) -> "EmbeddingAligner":
         return cls(load_embedder(cfg.embedding_model, cfg.device), cfg.embedding_threshold)
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        """Unit-norm embeddings, one row per text."""
+        """Unit-norm embeddings, one row per text (each distinct text not seen lately encoded once)."""
         if not texts:
             return np.zeros((0, 1), dtype=np.float32)
+        return np.stack(self.recent.many(texts, self._encode))
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
         return np.asarray(self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
                                             convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
 

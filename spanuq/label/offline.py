@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import LabelConfig
+from ..pipeline.cache import RecentValues
 from ..pipeline.records import Claim, Generation, Prompt, Sample
 from .align import Aligner
 from .terms import TextIndex, is_prompt_copy, numbers_in
@@ -178,6 +179,8 @@ class OfflineLabeller:
         self.cfg = cfg
         self.aligner = aligner
         self.nlp = nlp if nlp is not None else load_spacy(cfg.spacy_model)
+        # a prompt's samples are split again for every answer labelled against them (sample answers)
+        self.sentences = RecentValues(20_000)
         # `likelihood.AnchorLikelihood` (or anything with its ``probs``): needed when label.likelihood_votes > 0
         self.likelihood = likelihood
         if cfg.likelihood_votes > 0 and likelihood is None:
@@ -196,7 +199,7 @@ class OfflineLabeller:
         samples = [s.text for s in gen_samples]
         if not samples:
             return LabelResult([], "error", "every sample failed to generate")
-        sentences = split_sentences(self.nlp, samples)
+        sentences = self.sentences.many(samples, lambda texts: split_sentences(self.nlp, texts))
         # a named or numeric claim must find its own term in the sentence; a chunk claim every
         # number and name of its clause (`KeyTermAligner`)
         own_terms = [u.terms if u.kind in ("entity", "number") else None for u in units]

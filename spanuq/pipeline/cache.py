@@ -1,4 +1,4 @@
-"""Per-item on-disk cache keyed by a content hash.
+"""Per-item on-disk cache keyed by a content hash (and `RecentValues`, a small in-memory one).
 
 Long stages (generate, label, judge calls, extract) store each finished item under
 ``sha256(canonical JSON of everything that determines it)``.  A killed run, or a
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Hashable, Iterable, Sequence
 
 from .files import atomic_write_text
 
@@ -51,3 +52,26 @@ class ItemCache:
 
     def __contains__(self, key: str) -> bool:
         return self._path(key).exists()
+
+
+class RecentValues:
+    """In memory: the values of the last ``size`` distinct keys read.  ``many(keys, compute)`` calls
+    ``compute`` once, on the keys it does not hold (each once), and returns a value per key."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._held: OrderedDict[Hashable, Any] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def many(self, keys: Sequence[Hashable], compute: Callable[[list], Iterable]) -> list:
+        todo = [k for k in dict.fromkeys(keys) if k not in self._held]
+        if todo:
+            self._held.update(zip(todo, compute(todo)))
+        for k in keys:
+            self._held.move_to_end(k)
+        out = [self._held[k] for k in keys]
+        while len(self._held) > self.size:
+            self._held.popitem(last=False)
+        return out
