@@ -81,8 +81,9 @@ def main() -> None:
     tok = load_tokenizer(base)
     aligner = make_aligner(base.label)
     # the settings re-read the same texts: keep every embedding and sentence split (speed only)
-    if hasattr(getattr(aligner, "base", aligner), "recent"):
-        getattr(aligner, "base", aligner).recent.size = 10**7
+    embedder = getattr(aligner, "base", aligner)
+    if hasattr(embedder, "recent"):
+        embedder.recent.size = 10**7
     sentences = RecentValues(10**7)
     likelihood = AnchorLikelihood(base)  # one pass per greedy answer, kept across settings
     rows = []
@@ -100,7 +101,7 @@ def main() -> None:
             w = base.label.likelihood_votes if w is None else w
             cfg = base.label.model_copy(update={"partial_support": partial, "embedding_threshold": thr, "omission": om,
                                                 "likelihood_votes": w})
-            aligner.threshold = getattr(aligner, "base", aligner).threshold = thr
+            aligner.threshold = embedder.threshold = thr
             lab = OfflineLabeller(cfg, aligner, likelihood=likelihood)
             lab.sentences = sentences
             u, truth, tokens, trunc, nsamp = [], [], 0, 0, 0
