@@ -334,6 +334,9 @@ class ScoreConfig(_Section):
     # read in chunked passes (llm/chunked.py), longer than the probe's training in windows (score/windows.py)
     window_tokens: int | None = None  # None: the probe's trained answer length (checkpoint, else generate.max_new_tokens)
     batch_size: int = 8  # teacher-forced passes per batch in score_many
+    # the languages of the probe's training answers: an answer clearly in another one is scored with a
+    # warning in the result (spanuq.data.language: py3langid, >= 20 letters); [] or null: no check
+    languages: list[str] | None = Field(default_factory=lambda: ["en"])
     # score_stream (`spanuq score --stream`, POST /score/stream): re-score every k generated tokens and at each
     # clause end (benchmarks/bench_stream.py measures the cost per update against how soon spans appear)
     stream_every: int = 8

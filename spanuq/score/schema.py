@@ -62,6 +62,8 @@ class ScoreResult(_Strict):
     u_seq: float = Field(ge=0, le=1, description="û_seq, the answer-level score")
     validity_threshold: float
     spans: list[ScoredSpan]
+    warnings: list[str] = Field(default_factory=list, description="what makes these scores less trustworthy than "
+                                "usual, e.g. an answer in a language the probe was not trained on (score.languages)")
     timings: Timings
 
 

@@ -121,6 +121,7 @@ def terminal_view(result, colour_on: bool = True) -> str:
              + ("   (stopped at max_new_tokens)" if result.truncated else "")]
     for s in result.spans:
         lines.append(f"  {_chip(s.u, colour_on)}  {s.text!r}  chars {s.start}-{s.end}  ν {s.nu:.1f}")
+    lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines)
 
 
@@ -163,7 +164,8 @@ def fragment(result) -> str:
     meta = (f"answer score û<sub>seq</sub> = <b class=\"useq\">{result.u_seq:.2f}</b> · {len(result.spans)} spans · "
             f"{result.n_tokens} tokens · backbone {t.backbone_s:.2f} s, probe {t.probe_s:.3f} s"
             + (f", generation {t.generate_s:.2f} s" if t.generate_s is not None else ""))
-    return (f'<section class="spanuq-result">{to_html(result.answer, result_spans(result))}'
+    warnings = "".join(f'<p class="uq-warning" role="alert">warning: {html.escape(w)}</p>' for w in result.warnings)
+    return (f'<section class="spanuq-result">{warnings}{to_html(result.answer, result_spans(result))}'
             f'<p class="meta">{meta}</p><ol class="uq-list">{items}</ol></section>')
 
 

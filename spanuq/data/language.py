@@ -1,0 +1,85 @@
+"""Which language a text is in, for the one question SpanUQ asks of it: is this clearly *not* a
+language the probe was trained on?
+
+The probe was trained on English answers of an English backbone, labelled by an English teacher
+(spaCy's English claims), so its û on a French or Chinese answer is a number from outside its
+training.  `other_language` names such an answer's language so the caller can say so; it never
+guesses on text too short to tell.
+
+The identifier is py3langid (langid.py's naive Bayes over byte n-grams, 97 languages; its model
+is an npz file, loaded without pickle).  A text is *clearly other* when it has at least
+``MIN_LETTERS`` letters and the identifier gives the expected languages together a probability
+below ``MAX_P_EXPECTED`` (`benchmarks/bench_language.py`, 2026-11-26): of 15,999 English texts
+of this project (the default and cpu-full runs' prompts, greedy answers and samples; the
+Mu-SHROOM English questions and answers) the rule flags 9, eight of them answers SmolLM2 wrote in
+Spanish, German or Portuguese and one an English answer that lists Cyrillic letters; it flags all
+16 one-sentence answers in 14 other languages of ``tests/fixtures/other_languages.tsv``.  (0.01
+instead of 0.001 flags 4 more English texts, long names such as "Friedrich Georg Wilhelm
+Friedrich Nietzsche.", and no more of the others.)  Because it can still be wrong on English that
+quotes another script, callers warn rather than refuse.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import regex
+
+MIN_LETTERS = 20  # below this the identifier's probabilities are close to its priors
+MAX_P_EXPECTED = 0.001
+MAX_CHARS = 20_000  # the identifier reads at most this many characters of a long text
+_LETTER = regex.compile(r"\p{L}")
+_NAMES = Path(__file__).with_name("languages.tsv")
+
+
+@dataclass(frozen=True)
+class LanguageGuess:
+    code: str  # the identifier's most probable language (ISO 639-1, else 639-3)
+    p: float  # its probability
+    p_expected: float  # the expected languages' probability together
+
+    @property
+    def name(self) -> str:
+        return language_name(self.code)
+
+
+@lru_cache(maxsize=1)
+def _identifier():
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
+@lru_cache(maxsize=1)
+def _names() -> dict[str, str]:
+    with _NAMES.open(encoding="utf-8") as f:
+        return {row[0]: row[1] for row in csv.reader(f, delimiter="\t") if row and not row[0].startswith("#")}
+
+
+def language_name(code: str) -> str:
+    """``"fr"`` → ``"French"``; an unknown code is returned as it is."""
+    return _names().get(code, code)
+
+
+def letters(text: str) -> int:
+    """How many letters (Unicode category L: a CJK character is one) ``text`` has."""
+    return len(_LETTER.findall(text[:MAX_CHARS]))
+
+
+def guess_language(text: str, expected: tuple[str, ...] = ("en",), min_letters: int = MIN_LETTERS
+                   ) -> LanguageGuess | None:
+    """The identifier's guess, or None when ``text`` has fewer than ``min_letters`` letters."""
+    text = text[:MAX_CHARS]
+    if letters(text) < min_letters:
+        return None
+    probs = dict(_identifier().rank(text))
+    code = max(probs, key=probs.get)
+    return LanguageGuess(code, float(probs[code]), float(sum(probs.get(c, 0.0) for c in expected)))
+
+
+def other_language(text: str, expected: tuple[str, ...] = ("en",)) -> LanguageGuess | None:
+    """The guess when ``text`` is clearly in none of the ``expected`` languages, else None."""
+    guess = guess_language(text, expected)
+    return guess if guess is not None and guess.p_expected < MAX_P_EXPECTED else None
