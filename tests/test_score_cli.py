@@ -73,3 +73,18 @@ def test_colour_is_off_for_pipes_and_with_no_color(monkeypatch):
     assert not use_colour("auto", TTY()) and use_colour("always", io.StringIO())
     with pytest.raises(SystemExit):
         main(["score", "--color", "sometimes"])
+
+
+def test_a_response_file_that_cannot_be_read_is_named_before_the_backbone_loads(tmp_path, capsys, monkeypatch):
+    import spanuq.score.commands as commands
+
+    def no_backbone(*a, **k):
+        raise AssertionError("the backbone was loaded for a file that cannot be read")
+
+    monkeypatch.setattr(commands, "load_uq", no_backbone)
+    (tmp_path / "latin1.txt").write_bytes("Marie Curie est née à Varsovie.".encode("latin-1"))
+    for arg, message in [(f"@{tmp_path / 'latin1.txt'}", "latin1.txt: cannot read as UTF-8 text"),
+                         (f"@{tmp_path / 'missing.txt'}", "response file not found"),
+                         (f"@{tmp_path}", "is a directory, not a response file")]:
+        assert main(["score", "Who was Marie Curie?", "--response", arg]) != 0
+        assert message in capsys.readouterr().err

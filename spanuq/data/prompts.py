@@ -30,7 +30,7 @@ from typing import Any, Iterable, get_args
 from pydantic import ValidationError
 
 from ..config import Config, PromptsConfig
-from ..pipeline.files import write_json, write_jsonl
+from ..pipeline.files import read_user_text, write_json, write_jsonl
 from ..pipeline.paths import StagePaths
 from ..pipeline.records import TRAIN_ONLY, Domain, Prompt
 from .language import language_name, other_language
@@ -175,20 +175,6 @@ def _row_to_prompt(row: dict[str, Any], where: str, max_chars: int, csv_row: boo
     return Prompt(id=pid, domain=domain, text=text, references=refs, split=split, meta=meta, response=response)
 
 
-def _read_text(path: Path) -> str:
-    if not path.exists():
-        raise FileNotFoundError(f"prompts file not found: {path}")
-    if path.is_dir():
-        raise ValueError(f"{path}: is a directory, not a JSONL or CSV file")
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: cannot read as UTF-8 text ({e.reason} at byte {e.start}); "
-                         f"save the file as UTF-8") from None
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read the file ({e.strerror or e})") from None
-
-
 def _iter_jsonl_rows(path: Path, text: str) -> Iterable[tuple[int, dict]]:
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -240,7 +226,7 @@ def load_prompt_file(path: str | Path, max_chars: int = 20_000) -> list[Prompt]:
     suffix = path.suffix.lower()
     if suffix not in (".jsonl", ".json", ".ndjson", ".csv", ".tsv"):
         raise ValueError(f"{path}: unsupported file type {suffix or '(none)'!r}; use .jsonl or .csv")
-    text = _read_text(path)
+    text = read_user_text(path, "prompts file")
     is_csv = suffix in (".csv", ".tsv")
     rows = _iter_csv_rows(path, text) if is_csv else _iter_jsonl_rows(path, text)
     out: list[Prompt] = []

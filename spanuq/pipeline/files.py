@@ -27,6 +27,23 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         raise
 
 
+def read_user_text(path: str | Path, what: str = "file") -> str:
+    """A text file a user gave (prompts, an answer to score): UTF-8, a leading BOM dropped; a clear
+    ``ValueError`` naming the file when it is missing, a folder, unreadable or not UTF-8."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory, not a {what}")
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: cannot read as UTF-8 text ({e.reason} at byte {e.start}); "
+                         f"save the file as UTF-8") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the file ({e.strerror or e})") from None
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ..pipeline.files import read_user_text
+
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, metavar="DIR|URI",
@@ -64,9 +66,10 @@ def load_uq(args, cfg):
 
 
 def read_arg(value: str | None) -> str | None:
+    """``@answer.txt`` → the file's text (UTF-8); anything else as it is."""
     if value is None or not value.startswith("@"):
         return value
-    return Path(value[1:]).read_text(encoding="utf-8")
+    return read_user_text(value[1:], "response file")
 
 
 def use_colour(mode: str, stream=None) -> bool:
@@ -87,8 +90,9 @@ def run_score(args, cfg) -> int:
         raise ValueError("give a prompt (spanuq score \"Who was Marie Curie?\") or --file prompts.jsonl")
     if args.stream:
         return _score_stream(args, cfg)
+    response = read_arg(args.response)  # a file that cannot be read fails before the backbone loads
     with load_uq(args, cfg) as uq:
-        result = uq.score(args.prompt, response=read_arg(args.response))
+        result = uq.score(args.prompt, response=response)
     if args.html:
         Path(args.html).write_text(html_page(result), encoding="utf-8")
     if args.json:

@@ -43,7 +43,8 @@ def refine_view(r, colour_on: bool = True) -> str:
 
 
 def run_refine(args, cfg) -> int:
+    response = read_arg(args.response)
     with load_uq(args, cfg) as uq:
-        result = uq.refine(args.prompt, read_arg(args.response), mode=args.mode, threshold=args.u_threshold)
+        result = uq.refine(args.prompt, response, mode=args.mode, threshold=args.u_threshold)
     print(result.model_dump_json(indent=2) if args.json else refine_view(result, use_colour(args.color)))
     return 0
