@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..config import HubDatasetConfig, HubSourcesConfig, PromptsConfig
+from ..pipeline.files import read_user_text
 from ..pipeline.records import Prompt
 from .mix import hash_order, interleave, mix, stratified_order
 
@@ -270,9 +271,7 @@ def entities_from_file(path: str | Path, thresholds: dict[str, int] | None = Non
 
     thresholds = thresholds or {"head": 100_000, "torso": 10_000}
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"biography entities file not found: {path}")
-    text = path.read_text(encoding="utf-8-sig")
+    text = read_user_text(path, "biography entities file")
     if path.suffix.lower() in (".csv", ".tsv"):
         import io
 
