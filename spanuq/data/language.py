@@ -83,3 +83,14 @@ def other_language(text: str, expected: tuple[str, ...] = ("en",)) -> LanguageGu
     """The guess when ``text`` is clearly in none of the ``expected`` languages, else None."""
     guess = guess_language(text, expected)
     return guess if guess is not None and guess.p_expected < MAX_P_EXPECTED else None
+
+
+def language_warnings(answer: str, expected: list[str] | tuple[str, ...] | None) -> list[str]:
+    """What a scored answer clearly in none of the ``expected`` languages says beside its scores
+    (``score.languages``; none or empty: no check)."""
+    guess = other_language(answer, tuple(expected)) if expected else None
+    if guess is None:
+        return []
+    names = " / ".join(language_name(c) for c in expected)
+    return [f"the answer looks like {guess.name} ({guess.code}), not {names}: this probe was trained on {names} "
+            f"answers, so its scores here come from outside its training (score.languages)"]

@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import Config, load_config
-from ..data.language import language_name, other_language
+from ..data.language import language_warnings
 from ..llm.chunked import extract_long
 from ..llm.loading import token_offsets
 from ..llm.states import FeatureItem, extract_batch, generate_with_states
@@ -159,17 +159,6 @@ class SpanUQ:
             if len(response) > s.max_response_chars:
                 raise InputError(f"the response has {len(response):,} characters; the limit is "
                                  f"{s.max_response_chars:,} (score.max_response_chars)", 413)
-
-    def _warnings(self, answer: str) -> list[str]:
-        """What the result should say beside its scores: an answer clearly in a language the probe
-        was not trained on (``score.languages``; `spanuq.data.language`) is scored, and says so."""
-        expected = tuple(self.cfg.score.languages or ())
-        guess = other_language(answer, expected) if expected else None
-        if guess is None:
-            return []
-        names = " / ".join(language_name(c) for c in expected)
-        return [f"the answer looks like {guess.name} ({guess.code}), not {names}: this probe was trained on {names} "
-                f"answers, so its scores here come from outside its training (score.languages)"]
 
     def _chat(self, prompt: str) -> tuple[str, int]:
         from ..llm.loading import chat_prompt
@@ -399,7 +388,7 @@ class SpanUQ:
         return ScoreResult(prompt=req.prompt, answer=answer, answer_source=st["source"], backbone=self.backbone_name,
                            generator=st["generator"], n_tokens=len(st["ids"]), truncated=st["truncated"],
                            u_seq=float(pred.u_seq), validity_threshold=self.threshold, spans=spans,
-                           warnings=self._warnings(answer),
+                           warnings=language_warnings(answer, self.cfg.score.languages),
                            windows=len(plan_windows(len(st["ids"]), self.window)),
                            timings=Timings(generate_s=None if st["gen_s"] is None else round(st["gen_s"], 4),
                                            backbone_s=round(st["bb_s"], 4), probe_s=round(probe_s, 4),
