@@ -32,21 +32,25 @@ def test_score_json_validates_against_the_published_schema_and_writes_html(probe
 
 def test_score_file_records_row_errors_and_scores_the_rest(probe_dir, repo_root, tmp_path, capsys):
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("\n".join([
+    rows.write_bytes("\n".join([
         json.dumps({"id": "a", "prompt": "Who was Marie Curie?", "response": ANSWER}),
         '{"prompt": "unterminated',
         json.dumps({"id": "c", "prompt": ""}),
         json.dumps({"prompt": "Capital of Australia?", "response": "Canberra, since 1913."}),
-    ]) + "\n", encoding="utf-8")
+    ]).encode("utf-8") + b"\n" + '{"prompt": "Qui est né à Varsovie ?"}\n'.encode("latin-1")
+        + json.dumps({"prompt": "Qui était Marie Curie ?", "response": "Marie Curie était une physicienne et chimiste "
+                      "née à Varsovie en 1867."}, ensure_ascii=False).encode("utf-8") + b"\n")
     out = tmp_path / "scored.jsonl"
     assert main(["score", "--file", str(rows), "--out", str(out), "--model", str(probe_dir), "--threshold", "0",
                  "--no-progress", "-p", str(repo_root / "params.yaml")]) == 0
     got = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [g["line"] for g in got] == [1, 2, 3, 4]
+    assert [g["line"] for g in got] == [1, 2, 3, 4, 5, 6]
     assert got[0]["id"] == "a" and got[0]["result"]["answer"] == ANSWER
     assert "JSONDecodeError" in got[1]["error"] and got[2] == {"line": 3, "id": "c", "error": "the prompt is empty"}
-    assert got[3]["result"]["spans"]
-    assert "2 of 4 rows scored, 2 errors recorded" in capsys.readouterr().err
+    assert got[3]["result"]["spans"] and got[3]["result"]["warnings"] == []
+    assert got[4] == {"line": 5, "error": "not UTF-8 text (invalid continuation byte at byte 21 of the line)"}
+    assert "French" in got[5]["result"]["warnings"][0]  # scored, and it says so
+    assert "3 of 6 rows scored, 3 errors recorded, 1 with warnings" in capsys.readouterr().err
 
 
 def test_terminal_view_colours_only_when_asked(scorer):

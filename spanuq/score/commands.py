@@ -128,9 +128,15 @@ def _score_stream(args, cfg) -> int:
 
 
 def _rows(path: Path):
-    """(line, row dict or None, error) for each non-empty line."""
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
+    """(line, row dict or None, error) for each non-empty line; a line that is not UTF-8 is that
+    row's error (its text is never guessed at), the other lines are read as they are."""
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                yield n, None, f"not UTF-8 text ({e.reason} at byte {e.start} of the line)"
+                continue
             if not line.strip():
                 continue
             try:
@@ -152,7 +158,7 @@ def _score_file(args, cfg) -> int:
     out = Path(args.out or src.with_suffix(".scored.jsonl"))
     rows = list(_rows(src))
     bs = max(1, cfg.score.batch_size)
-    n_err = 0
+    n_err = n_warn = 0
     with load_uq(args, cfg) as uq, out.open("w", encoding="utf-8") as f:
         bar = tqdm(total=len(rows), desc="score", unit="row", disable=args.no_progress)
         for s in range(0, len(rows), bs):
@@ -169,12 +175,13 @@ def _score_file(args, cfg) -> int:
                     rec["error"] = err or str(res)
                 else:
                     rec["result"] = res.model_dump(mode="json")
+                    n_warn += bool(res.warnings)
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
             f.flush()
             bar.update(len(chunk))
         bar.close()
-    print(f"score: {len(rows) - n_err} of {len(rows)} rows scored, {n_err} errors recorded; wrote {out}",
-          file=sys.stderr)
+    print(f"score: {len(rows) - n_err} of {len(rows)} rows scored, {n_err} errors recorded"
+          + (f", {n_warn} with warnings (e.g. another language)" if n_warn else "") + f"; wrote {out}", file=sys.stderr)
     return 0
 
 
