@@ -67,5 +67,7 @@ def test_the_prompts_report_lists_prompts_in_other_languages():
     prompts = [Prompt(id=f"file-{i}", domain="custom", text=t) for i, t in enumerate(
         ["Who wrote the opera Carmen, and when was it first performed?", OTHER[0][1], OTHER[1][1], OTHER[2][1],
          "Wer?"])]
+    prompts.append(Prompt(id="file-5", text="Who?", response=OTHER[3][1]))  # another system's answer, in German
+    prompts.append(Prompt(id="file-6", text="Who?", response=ENGLISH[1]))
     report = prompts_report(prompts, PromptsConfig(source="file", file="own.jsonl"))
-    assert report["other_languages"] == {"fr": ["file-1", "file-2"], "de": ["file-3"]}
+    assert report["other_languages"] == {"fr": ["file-1", "file-2"], "de": ["file-3", "file-5"]}

@@ -322,16 +322,18 @@ def prompts_report(prompts: list[Prompt], pcfg: PromptsConfig) -> dict[str, Any]
         "with_references_per_domain": {d: refs_by_domain[d] for d in DOMAINS if d in refs_by_domain},
         "biography_popularity": counts(bio, lambda p: p.meta.get("popularity", "unknown")) if bio else {},
         "sources": counts(prompts, lambda p: p.meta.get("source", pcfg.source)),
-        # prompts clearly in another language than the teacher's and the probe's English (spanuq.data.language)
+        # prompts (or their given answers) clearly in another language than the teacher's and the probe's
+        # English (spanuq.data.language)
         "other_languages": other_languages(prompts),
     }
 
 
 def other_languages(prompts: list[Prompt]) -> dict[str, list[str]]:
-    """``{language code: [prompt ids]}`` of the prompts clearly not in English (most first)."""
+    """``{language code: [prompt ids]}`` of the prompts clearly not in English, or whose given answer
+    (``response``) is not (most first)."""
     found: dict[str, list[str]] = {}
     for p in prompts:
-        guess = other_language(p.text)
+        guess = other_language(p.text) or (other_language(p.response) if p.response else None)
         if guess is not None:
             found.setdefault(guess.code, []).append(p.id)
     return dict(sorted(found.items(), key=lambda kv: -len(kv[1])))
@@ -367,9 +369,9 @@ def run_prompts(cfg: Config, progress: bool = True) -> Path:
     write_json(report_path(cfg), report)
     log.info("prompts: %d from %s %s, splits %s", len(prompts), pcfg.source, report["per_domain"], report["per_split"])
     if report["other_languages"]:
-        log.warning("prompts: %d look like another language than English (%s; ids in %s): the offline teacher finds "
-                    "claims with English spaCy and the probe learns from English answers",
-                    sum(map(len, report["other_languages"].values())),
+        log.warning("prompts: %d of %d prompts (or the answers given with them) look like another language than "
+                    "English (%s; ids in %s): the offline teacher finds claims with English spaCy and the probe "
+                    "learns from English answers", sum(map(len, report["other_languages"].values())), len(prompts),
                     ", ".join(f"{language_name(c)} {len(ids)}" for c, ids in report["other_languages"].items()),
                     report_path(cfg))
     return out
