@@ -123,6 +123,35 @@ def test_the_answer_slot_judge_reads_the_references(offline, answer, slot):
     assert answer_slot(offline.nlp, "The capital of Australia is Sydney.", no_refs, offline.cfg) is None
 
 
+MENDEL = Prompt(id="gm", domain="triviaqa", text="Who discovered the laws of inheritance by breeding pea plants?",
+                references=["Gregor Mendel", "Mendel"])
+MAURITIUS = Prompt(id="mu", domain="triviaqa", text="What is the capital of Mauritius?", references=["Port Louis"])
+BAGHDAD = Prompt(id="bg", domain="triviaqa", text="Which river flows through Baghdad?", references=["Tigris"])
+KINSHASA = Prompt(id="ks", domain="triviaqa", text="On which river does Kinshasa stand?", references=["Congo River"])
+
+
+@pytest.mark.parametrize("prompt, answer, slot, wrong_spans", [
+    # wrong in the name, not in the nationality that describes it
+    (MENDEL, "The laws of inheritance were discovered by the British scientist Charles Darwin in 1834.",
+     "wrong", ["Charles Darwin"]),
+    # a region where a capital was asked for: no capital named, right or wrong
+    (MAURITIUS, "Mauritius is an island in the Indian Ocean, east of Madagascar.", "wrong", ["Madagascar"]),
+    (MAURITIUS, "Mauritius is a French territory located in the Indian Ocean.", None, []),
+    # a river is a region-kind answer where the question asks for one
+    (KINSHASA, "Kinshasa stands on the Amazon River in South America.", "wrong", ["Amazon River", "South America"]),
+    # the right answer named where the parser finds no entity: nothing in the answer is wrong
+    (BAGHDAD, "The Tigris River, which originates in southern Iraq and flows through the city of Mosul, is long.",
+     "correct", []),
+])
+def test_only_spans_of_the_kind_the_question_asks_for_are_its_answer_slot(offline, tok, prompt, answer, slot,
+                                                                          wrong_spans):
+    from spanuq.label.offline import answer_slot
+
+    assert answer_slot(offline.nlp, answer, prompt, offline.cfg) == slot
+    res = offline.label(generation(tok, prompt.id, answer, [answer] * 3), prompt)
+    assert [answer[c.start:c.end] for c in res.claims if "reference:mismatch" in c.evidence] == wrong_spans
+
+
 def test_a_span_copied_from_the_prompt_is_not_a_target(offline, tok):
     p = Prompt(id="mc", domain="biography", text="Who was Marie Curie?")
     g = generation(tok, "mc", "Marie Curie was a Polish physicist who won the Nobel Prize in 1903.",

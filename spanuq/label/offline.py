@@ -37,8 +37,9 @@ and no Wikipedia dump.  For one greedy answer with S samples:
    correct, so its support stays the sample agreement.  For factoid domains
    (TriviaQA, long-form QA), when no claim of the greedy answer matches any
    reference, the answer's own candidates (named or numeric spans of its first
-   sentence not copied from the question, of the reference's kind) are verified
-   *unsupported* in every sample: u* = 1, however consistently the model repeats
+   sentence not copied from the question, of the kind the question asks for:
+   no nationality or region where a person or a city is asked, answer_kinds.tsv)
+   are verified *unsupported* in every sample: u* = 1, however consistently the model repeats
    them — the paper's rule that a claim is supported in sample s only if an
    equivalent claim there is also verified correct.
 
@@ -56,9 +57,13 @@ The judge labeller (`judge_labeller.py`) is the paper's method.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
+import regex
 
 from ..config import LabelConfig
 from ..pipeline.cache import RecentValues
@@ -68,7 +73,7 @@ from .terms import TextIndex, is_prompt_copy, numbers_in
 from .truth import truth_row
 from .units import Unit, extract_units, load_spacy
 
-VERSION = 3  # bump when the rules change: keys the per-item cache
+VERSION = 4  # bump when the rules change: keys the per-item cache
 FACTOID_DOMAINS = {"triviaqa", "longform_qa"}
 
 
@@ -121,8 +126,39 @@ def _matches(anchor: str, references: list[str], min_score: float) -> bool:
     return any(a.contains(r, min_score) or TextIndex(r).contains(anchor, min_score) for r in references)
 
 
-def reference_verdicts(units: list[Unit], answer: str, prompt: Prompt, min_score: float) -> dict[int, str]:
-    """{unit index: "match" | "mismatch"} from the prompt's reference answers (step 3)."""
+ANSWER_KINDS = Path(__file__).with_name("answer_kinds.tsv")
+
+
+@lru_cache(maxsize=1)
+def answer_kinds() -> dict[str, frozenset[str]]:
+    """{spaCy label: the question words that ask for it} (answer_kinds.tsv): a span with one of
+    these labels is an answer candidate only where the question asks for its kind."""
+    rows = [line.split("\t") for line in ANSWER_KINDS.read_text(encoding="utf-8").splitlines()
+            if line.strip() and not line.startswith("#")]
+    return {label: frozenset(words.split()) for label, words in rows}
+
+
+def candidate_labels(question: str, references: list[str], nlp=None) -> Callable[[str], bool]:
+    """Can a span with this spaCy label be the answer slot of ``question``?  Yes, unless the label
+    is one of `answer_kinds` and neither the question asks for it nor (``nlp`` given) spaCy
+    labels a reference answer so."""
+    words = set(regex.findall(r"\p{L}+", question.lower()))
+    ref_labels = {e.label_ for d in nlp.pipe(references) for e in d.ents} if nlp is not None else set()
+    asked = {label for label, cues in answer_kinds().items() if cues & words or label in ref_labels}
+    return lambda label: label not in answer_kinds() or label in asked
+
+
+def reference_verdicts(units: list[Unit], answer: str, prompt: Prompt, min_score: float,
+                       nlp=None) -> dict[int, str]:
+    """{unit index: "match" | "mismatch"} from the prompt's reference answers (step 3).
+
+    The answer's candidates are called wrong only when the answer names no accepted answer
+    anywhere (not only in a claim span: "The Tigris River, which ..." is right even where
+    the parser finds no entity in it), and a span of a kind the question does not ask for
+    (answer_kinds.tsv: a nationality, a language, a region) is no candidate — "the British
+    scientist Charles Darwin" is wrong in its name, not in its adjective; "Mauritania is a
+    country in West Africa" names no capital, wrong or right (`candidate_labels`).  ``nlp``
+    (spaCy) tells the references' labels."""
     refs = [r for r in prompt.references if r.strip()]
     if not refs:
         return {}
@@ -130,12 +166,17 @@ def reference_verdicts(units: list[Unit], answer: str, prompt: Prompt, min_score
                 if (u.named or u.kind == "number") and _matches(u.anchor, refs, min_score)}
     if verdicts or prompt.domain not in FACTOID_DOMAINS:
         return verdicts
+    text = TextIndex(answer)
+    if any(text.contains(r, min_score) for r in refs):
+        return verdicts
     # no span of the answer is a reference: its answer candidates are wrong
     numeric = any(numbers_in(r) for r in refs)
+    asked = candidate_labels(prompt.text, refs, nlp)
     first_end = _first_sentence_end(answer)
     question = TextIndex(prompt.text)
     for i, u in enumerate(units):
         kind_ok = u.kind == "number" if numeric else (u.named and u.kind != "number")
+        kind_ok = kind_ok and asked(u.label)
         if kind_ok and u.start < first_end and not question.contains(u.anchor, min_score):
             verdicts[i] = "mismatch"
     return verdicts
@@ -155,17 +196,19 @@ def _first_sentence_end(text: str) -> int:
 
 def answer_slot(nlp, answer: str, prompt: Prompt, cfg: LabelConfig) -> str | None:
     """The label-truth check's verdict on one answer's *answer slot* (`truth.py`): ``"correct"``
-    when a named or numeric span matches a reference answer, ``"wrong"`` when none does and the
-    answer names a candidate of the reference's kind (factoid domains), None when the rule
-    judges no span (no references, an answer that names nothing, a non-factoid miss).  The same
+    when a named or numeric span — or, failing one, the answer's text — names a reference answer,
+    ``"wrong"`` when none does and the answer names a candidate of the kind the question asks for
+    (factoid domains), None when the rule judges no span (no references, an answer that names
+    nothing of that kind, a non-factoid miss).  The same
     claims, prompt-copy filter and reference rule as `OfflineLabeller.label`."""
     if not answer.strip() or not [r for r in prompt.references if r.strip()]:
         return None
     units = [u for u in extract_units(nlp(answer), cfg.min_span_chars, cfg.max_spans)
              if not is_prompt_copy(u.anchor, prompt.text, cfg.term_min_score)]
-    verdicts = reference_verdicts(units, answer, prompt, cfg.term_min_score)
-    if not verdicts:
-        return None
+    verdicts = reference_verdicts(units, answer, prompt, cfg.term_min_score, nlp)
+    if not verdicts:  # right where the answer names a reference outside every claim span
+        return "correct" if any(TextIndex(answer).contains(r, cfg.term_min_score) for r in prompt.references
+                                if r.strip()) else None
     return "correct" if verdicts[min(verdicts)] == "match" else "wrong"
 
 
@@ -207,7 +250,7 @@ class OfflineLabeller:
         indexes = [TextIndex(s) for s in samples]
         refs = [r for r in prompt.references if r.strip()]
         # the slots' verdicts: applied to the labels only with use_references, always kept for the truth check
-        verdicts = reference_verdicts(units, answer, prompt, self.cfg.term_min_score) if refs else {}
+        verdicts = reference_verdicts(units, answer, prompt, self.cfg.term_min_score, self.nlp) if refs else {}
         w = self.cfg.likelihood_votes
         p_bar = self.likelihood.probs(gen, [(u.start, u.end) for u in units]) if w > 0 else [None] * len(units)
         claims, truth = [], []

@@ -7,9 +7,11 @@ labeller (`offline.reference_verdicts`):
 
 * **correct** — a named or numeric claim span of the answer matches a reference
   answer (or an alias);
-* **wrong** — no span of the answer matches any reference: the answer's own
+* **wrong** — the answer names no reference anywhere: the answer's own
   candidates (named or numeric spans of its first sentence, not copied from the
-  question, of the reference's kind) are the wrong slot.
+  question, of the kind the question asks for — no "British" where a person is
+  asked, no "West Africa" where a capital is: `offline.candidate_labels`) are the
+  wrong slot.  An answer with no such candidate has no slot.
 
 One span per answer is checked: the first one the rule judges ("Rio de Janeiro" in
 "The largest city in Brazil is Rio de Janeiro, also known as the City of the
