@@ -126,6 +126,12 @@ def _matches(anchor: str, references: list[str], min_score: float) -> bool:
     return any(a.contains(r, min_score) or TextIndex(r).contains(anchor, min_score) for r in references)
 
 
+def names_reference(text: str, references: list[str], min_score: float) -> bool:
+    """Does the text name an accepted answer anywhere (claim span or not)?"""
+    ix = TextIndex(text)
+    return any(ix.contains(r, min_score) for r in references if r.strip())
+
+
 ANSWER_KINDS = Path(__file__).with_name("answer_kinds.tsv")
 
 
@@ -166,8 +172,7 @@ def reference_verdicts(units: list[Unit], answer: str, prompt: Prompt, min_score
                 if (u.named or u.kind == "number") and _matches(u.anchor, refs, min_score)}
     if verdicts or prompt.domain not in FACTOID_DOMAINS:
         return verdicts
-    text = TextIndex(answer)
-    if any(text.contains(r, min_score) for r in refs):
+    if names_reference(answer, refs, min_score):
         return verdicts
     # no span of the answer is a reference: its answer candidates are wrong
     numeric = any(numbers_in(r) for r in refs)
@@ -207,8 +212,7 @@ def answer_slot(nlp, answer: str, prompt: Prompt, cfg: LabelConfig) -> str | Non
              if not is_prompt_copy(u.anchor, prompt.text, cfg.term_min_score)]
     verdicts = reference_verdicts(units, answer, prompt, cfg.term_min_score, nlp)
     if not verdicts:  # right where the answer names a reference outside every claim span
-        return "correct" if any(TextIndex(answer).contains(r, cfg.term_min_score) for r in prompt.references
-                                if r.strip()) else None
+        return "correct" if names_reference(answer, prompt.references, cfg.term_min_score) else None
     return "correct" if verdicts[min(verdicts)] == "match" else "wrong"
 
 
