@@ -251,6 +251,9 @@ class ProbeConfig(_Section):
     # the input [H̄; entropy] standardised per dimension by its training-set mean and std (stored in
     # the checkpoint) before W_proj: a few of SmolLM2's dimensions sit near ±100 where most vary by ~3
     standardize: bool = False
+    # the span's own inputs [H̄; entropy], mean-pooled over its soft mask and projected (W_s), added to
+    # the pooled content c: what an MLP on the span's mean states reads, past the encoder's d_p bottleneck
+    span_skip: bool = False
 
 
 class LossConfig(_Section):

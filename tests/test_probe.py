@@ -82,7 +82,7 @@ def test_parameter_count_at_paper_shapes():
 ABLATIONS = [
     dict(enrichment="add"), dict(enrichment="concat"), dict(enrichment="off"),
     dict(pooling="mean"), dict(uncertainty_head="beta"), dict(ucir=False),
-    dict(boundary="pointer"), dict(use_entropy=False),
+    dict(boundary="pointer"), dict(use_entropy=False), dict(span_skip=True),
     dict(boundary="pointer", enrichment="concat", pooling="mean", uncertainty_head="beta", ucir=False),
 ]
 
@@ -149,7 +149,29 @@ def test_overfits_eight_examples():
     assert all(torch.isfinite(torch.tensor(v)) for v in log.values())
 
 
-@pytest.mark.parametrize("switches", [{}, dict(boundary="pointer", enrichment="concat", uncertainty_head="beta")])
+def test_the_span_skip_adds_each_spans_own_mean_input_to_its_pooled_content():
+    """probe.span_skip: c_k += Σ_t m̃_k(t) W_s x_t. With W_s = 0 the probe is the one without the skip
+    (same weights otherwise); with W_s ≠ 0 what a span's own tokens carry reaches its û past the encoder."""
+    torch.manual_seed(0)
+    batch = collate(synthetic_examples(3))
+    plain = SpanUQProbe(TINY, 32).eval()
+    skip = SpanUQProbe(TINY.model_copy(update={"span_skip": True}), 32).eval()
+    missing, unexpected = skip.load_state_dict(plain.state_dict(), strict=False)
+    assert sorted(missing) == ["skip_proj.bias", "skip_proj.weight"] and not unexpected
+    with torch.inference_mode():
+        torch.nn.init.zeros_(skip.skip_proj.weight)
+        torch.nn.init.zeros_(skip.skip_proj.bias)
+        a, b = forward(plain, batch), forward(skip, batch)
+        for k in ("spans", "validity_logits", "u", "u_seq"):
+            torch.testing.assert_close(a[k], b[k])
+        torch.nn.init.normal_(skip.skip_proj.weight)
+        c = forward(skip, batch)
+    torch.testing.assert_close(a["rounds"][0]["spans"], c["rounds"][0]["spans"])  # boundaries come before pooling
+    assert not torch.allclose(a["u"], c["u"])
+
+
+@pytest.mark.parametrize("switches", [{}, dict(boundary="pointer", enrichment="concat", uncertainty_head="beta"),
+                                      dict(span_skip=True)])
 def test_checkpoint_round_trip(tmp_path, switches):
     torch.manual_seed(0)
     cfg = TINY.model_copy(update=switches)

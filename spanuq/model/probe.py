@@ -89,6 +89,8 @@ class SpanUQProbe(nn.Module):
             self.register_buffer("input_mean", torch.zeros(d_in))
             self.register_buffer("input_std", torch.ones(d_in))
         self.input_proj = nn.Linear(d_in, dp)
+        if cfg.span_skip:  # W_s: each token's own input, pooled by the span's soft mask beside c
+            self.skip_proj = nn.Linear(d_in, dp)
         enc_layer = nn.TransformerEncoderLayer(dp, cfg.n_heads, cfg.d_ffn, cfg.dropout,
                                                batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(enc_layer, cfg.enc_layers, norm=nn.LayerNorm(dp),
@@ -157,14 +159,21 @@ class SpanUQProbe(nn.Module):
         self.input_std.copy_(std.to(self.input_std).clamp_min(floor))
 
     # ---- pieces -------------------------------------------------------------------------
-    def encode(self, h: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
-        """Z = Enc(W_proj [H̄; entropy] + P), (B, T, d_p)."""
+    def inputs(self, h: torch.Tensor, entropy: torch.Tensor | None) -> torch.Tensor:
+        """x = [H̄; entropy], standardised when the probe is, (B, T, d_in)."""
         x = h
         if self.cfg.use_entropy:
             ent = entropy if entropy is not None else torch.zeros(h.shape[:2], dtype=h.dtype, device=h.device)
             x = torch.cat([h, ent.unsqueeze(-1).to(h.dtype)], dim=-1)
         if self.cfg.standardize:
             x = (x - self.input_mean.to(x.dtype)) / self.input_std.to(x.dtype)
+        return x
+
+    def encode(self, h: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
+        """Z = Enc(W_proj [H̄; entropy] + P), (B, T, d_p)."""
+        return self._encode(self.inputs(h, entropy), mask)
+
+    def _encode(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         x = self.input_proj(x)
         x = x + sinusoidal_position_encoding(x.shape[1], x.shape[2], x.device, x.dtype)
         return self.encoder(x, src_key_padding_mask=~mask)
@@ -214,7 +223,7 @@ class SpanUQProbe(nn.Module):
         return torch.einsum("bnt,btd->bnd", logits.softmax(-1), z)
 
     def heads(self, q: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor,
-              ref: torch.Tensor | None = None) -> dict:
+              ref: torch.Tensor | None = None, skip: torch.Tensor | None = None) -> dict:
         """All per-query predictions from one decoder output q̂ (B, N, d_p)."""
         spans = self.boundaries(q, z, mask, lengths, ref)
         mode = self.cfg.enrichment
@@ -222,6 +231,8 @@ class SpanUQProbe(nn.Module):
             qt = q
         else:
             c = self.pool(q, z, spans, mask, lengths)
+            if skip is not None:  # + Σ_t m̃_k(t) W_s x_t: the span's mean input, past the encoder
+                c = c + torch.einsum("bnt,btd->bnd", self.soft_mask_log(spans, mask, lengths).softmax(-1), skip)
             if mode == "gate":
                 qt = q + self.gate(q).sigmoid() * c
             elif mode == "add":
@@ -232,23 +243,25 @@ class SpanUQProbe(nn.Module):
         out.update(self.mob(qt))
         return out
 
-    def decode(self, queries: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> list[dict]:
+    def decode(self, queries: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor,
+               skip: torch.Tensor | None = None) -> list[dict]:
         """Run the decoder from ``queries`` (B, N, d_p); heads on every layer's output."""
         outs, x = [], queries
         for layer in self.decoder_layers:
             x = layer(x, z, memory_key_padding_mask=~mask)
-            outs.append(self.heads(self.decoder_norm(x), z, mask, lengths))
+            outs.append(self.heads(self.decoder_norm(x), z, mask, lengths, skip=skip))
         return outs
 
     def decode_ref(self, content: torch.Tensor, ref: torch.Tensor, z: torch.Tensor, mask: torch.Tensor,
-                   lengths: torch.Tensor, attn_mask=None, query_padding=None) -> list[dict]:
+                   lengths: torch.Tensor, attn_mask=None, query_padding=None,
+                   skip: torch.Tensor | None = None) -> list[dict]:
         """Decoder with reference spans: every layer predicts an offset to its reference;
         with ``refine`` the next layer starts from this layer's (detached) span."""
         outs, x = [], content
         for layer in self.decoder_layers:
             pos = self.ref_pos(span_position_embedding(ref, x.shape[-1]))
             x = layer(x, pos, z, attn_mask, query_padding, ~mask)
-            o = self.heads(self.decoder_norm(x), z, mask, lengths, ref)
+            o = self.heads(self.decoder_norm(x), z, mask, lengths, ref, skip)
             outs.append(o)
             if self.cfg.refine:
                 ref = o["spans"].detach()
@@ -287,12 +300,14 @@ class SpanUQProbe(nn.Module):
           adds ``dn``: {"rounds": like ``rounds`` for the denoising queries, "meta":
           ``queries.build_denoising``'s dict}.
         """
-        z = self.encode(h, entropy, mask)
+        x_in = self.inputs(h, entropy)
+        z = self._encode(x_in, mask)
+        skip = self.skip_proj(x_in) if self.cfg.span_skip else None
         B, N = h.shape[0], self.cfg.n_queries
         q1 = self.query_embed.unsqueeze(0).expand(B, -1, -1)
         extra: dict = {}
         if not self.use_ref:
-            decode = lambda q: self.decode(q, z, mask, lengths)  # noqa: E731
+            decode = lambda q: self.decode(q, z, mask, lengths, skip)  # noqa: E731
         else:
             if self.cfg.query_selection == "two_stage":
                 extra["enc"] = self.proposals(z, lengths)
@@ -308,7 +323,7 @@ class SpanUQProbe(nn.Module):
                 q1 = torch.cat([q1, self.dn_embed.expand(B, Q, -1)], 1)
                 attn_mask = denoising_attn_mask(N, dn["groups"], dn["group_size"], h.device)
                 query_padding = torch.cat([torch.zeros(B, N, dtype=torch.bool, device=h.device), dn["padding"]], 1)
-            decode = lambda q: self.decode_ref(q, ref, z, mask, lengths, attn_mask, query_padding)  # noqa: E731
+            decode = lambda q: self.decode_ref(q, ref, z, mask, lengths, attn_mask, query_padding, skip)  # noqa: E731
         layers = decode(q1)
         all_rounds = [layers]
         if self.cfg.ucir:
