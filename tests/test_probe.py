@@ -168,6 +168,8 @@ def test_the_span_skip_adds_each_spans_own_mean_input_to_its_pooled_content():
         c = forward(skip, batch)
     torch.testing.assert_close(a["rounds"][0]["spans"], c["rounds"][0]["spans"])  # boundaries come before pooling
     assert not torch.allclose(a["u"], c["u"])
+    with pytest.raises(ValueError, match="needs probe.enrichment on"):
+        SpanUQProbe(TINY.model_copy(update={"span_skip": True, "enrichment": "off"}), 32)
 
 
 @pytest.mark.parametrize("switches", [{}, dict(boundary="pointer", enrichment="concat", uncertainty_head="beta"),

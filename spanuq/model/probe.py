@@ -5,6 +5,7 @@
     N learnable queries --3-layer pre-norm decoder (self-attn, cross-attn on Z, FFN)--> q̂ per layer
     per layer heads:  boundaries (b̂, ê) from q̂
                       soft mask m(t) + mask-weighted attention pool over Z -> c
+                      [span_skip: c += Σ_t m̃(t) W_s x_t, the span's own mean input x = [H̄; entropy]]
                       enrichment q̃ = q̂ + σ(W_g q̂ + b_g) ⊙ c
                       validity logit, Mixture-of-Beta (π, α, β) -> û, ν   (from q̃)
     UCIR: q⁽²⁾ = q⁽¹⁾ + MLP_cond(û⁽¹⁾, log ν⁽¹⁾, p⁽¹⁾) through the same decoder and heads;
@@ -90,6 +91,8 @@ class SpanUQProbe(nn.Module):
             self.register_buffer("input_std", torch.ones(d_in))
         self.input_proj = nn.Linear(d_in, dp)
         if cfg.span_skip:  # W_s: each token's own input, pooled by the span's soft mask beside c
+            if cfg.enrichment == "off":
+                raise ValueError("probe.span_skip adds to the pooled content c: it needs probe.enrichment on")
             self.skip_proj = nn.Linear(d_in, dp)
         enc_layer = nn.TransformerEncoderLayer(dp, cfg.n_heads, cfg.d_ffn, cfg.dropout,
                                                batch_first=True, norm_first=True)
@@ -169,11 +172,8 @@ class SpanUQProbe(nn.Module):
             x = (x - self.input_mean.to(x.dtype)) / self.input_std.to(x.dtype)
         return x
 
-    def encode(self, h: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
-        """Z = Enc(W_proj [H̄; entropy] + P), (B, T, d_p)."""
-        return self._encode(self.inputs(h, entropy), mask)
-
-    def _encode(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def encode(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Z = Enc(W_proj x + P), (B, T, d_p), x from ``inputs``."""
         x = self.input_proj(x)
         x = x + sinusoidal_position_encoding(x.shape[1], x.shape[2], x.device, x.dtype)
         return self.encoder(x, src_key_padding_mask=~mask)
@@ -301,7 +301,7 @@ class SpanUQProbe(nn.Module):
           ``queries.build_denoising``'s dict}.
         """
         x_in = self.inputs(h, entropy)
-        z = self._encode(x_in, mask)
+        z = self.encode(x_in, mask)
         skip = self.skip_proj(x_in) if self.cfg.span_skip else None
         B, N = h.shape[0], self.cfg.n_queries
         q1 = self.query_embed.unsqueeze(0).expand(B, -1, -1)
