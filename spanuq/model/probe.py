@@ -215,12 +215,17 @@ class SpanUQProbe(nn.Module):
         return log_m.masked_fill(~mask[:, None, :], -math.inf)
 
     def pool(self, q: torch.Tensor, z: torch.Tensor, spans: torch.Tensor, mask: torch.Tensor,
-             lengths: torch.Tensor) -> torch.Tensor:
-        """Mask-weighted attention pooling (Eq. 5): c_k = Σ_t α_{k,t} z_t, (B, N, d_p)."""
-        logits = self.soft_mask_log(spans, mask, lengths)
+             lengths: torch.Tensor, skip: torch.Tensor | None = None) -> torch.Tensor:
+        """Mask-weighted attention pooling (Eq. 5): c_k = Σ_t α_{k,t} z_t, (B, N, d_p); with the span
+        skip (``skip`` = W_s x, (B, T, d_p)) also + Σ_t m̃_k(t) W_s x_t, the span's mean input."""
+        log_m = self.soft_mask_log(spans, mask, lengths)
+        logits = log_m
         if self.cfg.pooling == "attention":
-            logits = logits + torch.einsum("bnd,btd->bnt", self.pool_proj(q), z) / math.sqrt(q.shape[-1])
-        return torch.einsum("bnt,btd->bnd", logits.softmax(-1), z)
+            logits = log_m + torch.einsum("bnd,btd->bnt", self.pool_proj(q), z) / math.sqrt(q.shape[-1])
+        c = torch.einsum("bnt,btd->bnd", logits.softmax(-1), z)
+        if skip is not None:
+            c = c + torch.einsum("bnt,btd->bnd", log_m.softmax(-1), skip)
+        return c
 
     def heads(self, q: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor,
               ref: torch.Tensor | None = None, skip: torch.Tensor | None = None) -> dict:
@@ -230,9 +235,7 @@ class SpanUQProbe(nn.Module):
         if mode == "off":
             qt = q
         else:
-            c = self.pool(q, z, spans, mask, lengths)
-            if skip is not None:  # + Σ_t m̃_k(t) W_s x_t: the span's mean input, past the encoder
-                c = c + torch.einsum("bnt,btd->bnd", self.soft_mask_log(spans, mask, lengths).softmax(-1), skip)
+            c = self.pool(q, z, spans, mask, lengths, skip)
             if mode == "gate":
                 qt = q + self.gate(q).sigmoid() * c
             elif mode == "add":
