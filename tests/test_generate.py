@@ -385,3 +385,27 @@ def test_a_given_response_is_the_answer_and_the_samples_stay_the_backbones(make_
     assert g1.greedy.token_ids == response_token_ids(load_tokenizer(cfg), prompts[1].response)
     assert g1.samples == own.samples == g2.samples and g1.chat_prompt == own.chat_prompt
     assert [g.prompt_id for g in gens] == ["own", "given-1", "given-2"]
+
+
+def test_raising_or_lowering_the_number_of_samples_reuses_the_samples_already_drawn(make_cfg, tmp_path):
+    """Sample j of a prompt has its own seed, so S = 2 drawn earlier are the first two of S = 3:
+    raising S draws only the third (the same one a fresh S = 3 run draws), lowering it cuts with
+    no model call at all."""
+    pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
+    base = ["generate.backend=llamacpp", "generate.max_new_tokens=16", "generate.sample_max_new_tokens=10",
+            "generate.llamacpp_ctx=256", "generate.llamacpp_slots=4"]
+    two, _ = generate_all(make_cfg(*base, "generate.n_samples=2"), PROMPTS[:2], cache_dir=tmp_path / "a", progress=False)
+    three, stats = generate_all(make_cfg(*base, "generate.n_samples=3"), PROMPTS[:2], cache_dir=tmp_path / "a",
+                                progress=False)
+    assert stats["samples_reused_from"] == 2 and stats["generated"] == 2
+    assert stats["generated_tokens"] == sum(len(g.samples[2].token_ids) for g in three)  # the third samples only
+    for g2, g3 in zip(two, three):
+        assert len(g3.samples) == 3 and g3.samples[:2] == g2.samples and g3.greedy == g2.greedy
+        assert g3.decoding["n_samples"] == 3
+    fresh, _ = generate_all(make_cfg(*base, "generate.n_samples=3"), PROMPTS[:2], cache_dir=tmp_path / "b",
+                            progress=False)
+    assert [[s.text for s in g.samples] for g in fresh] == [[s.text for s in g.samples] for g in three]
+    one, stats = generate_all(make_cfg(*base, "generate.n_samples=1"), PROMPTS[:2], cache_dir=tmp_path / "a",
+                              progress=False)
+    assert "backend" not in stats and stats["samples_reused_from"] == 2  # no generator was opened
+    assert [g.samples for g in one] == [g.samples[:1] for g in two] and one[0].decoding["n_samples"] == 1

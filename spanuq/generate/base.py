@@ -17,6 +17,8 @@ class Generator(Protocol):
 
     `greedy` returns one completion per prompt (T = 0); `sample` returns `n`
     completions per prompt at the configured temperature / top-p, seeded per prompt.
+    The backends that seed each sample on its own (``stage.SEEDED_ONE_BY_ONE``) also take
+    ``first``: samples ``first .. n-1`` only, the ones a run with fewer did not draw.
     """
 
     name: str

@@ -84,15 +84,17 @@ class HFGenerator:
     def greedy(self, prompts: list[str]) -> list[Completion]:
         return self._decode(prompts, self.cfg.max_new_tokens, do_sample=False)
 
-    def sample(self, prompts: list[str], n: int, seeds: list[int]) -> list[list[Completion]]:
-        if n <= 0:
+    def sample(self, prompts: list[str], n: int, seeds: list[int], first: int = 0) -> list[list[Completion]]:
+        """Samples ``first .. n-1`` of each prompt (``first`` > 0: the ones a shorter run did not draw)."""
+        k = n - first
+        if k <= 0:
             return [[] for _ in prompts]
-        rows = [p for p in prompts for _ in range(n)]
-        sampler = RowSeededSampler([s for seed in seeds for s in sample_seeds(seed, n)],
+        rows = [p for p in prompts for _ in range(k)]
+        sampler = RowSeededSampler([s for seed in seeds for s in sample_seeds(seed, n)[first:]],
                                    self.cfg.temperature, self.cfg.top_p)
         flat = self._decode(rows, self.cfg.sample_max_new_tokens or self.cfg.max_new_tokens,
                             do_sample=False, logits_processor=LogitsProcessorList([sampler]))
-        return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
+        return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
 
     def close(self) -> None:
         pass

@@ -121,8 +121,9 @@ class LlamaCppGenerator:
     def greedy(self, prompts: list[str]) -> list[Completion]:
         return [r[0] for r in self._run([(p, [self._greedy_seq()]) for p in prompts])]
 
-    def sample(self, prompts: list[str], n: int, seeds: list[int]) -> list[list[Completion]]:
-        return self._run([(p, self._sample_seqs(n, seed)) for p, seed in zip(prompts, seeds)])
+    def sample(self, prompts: list[str], n: int, seeds: list[int], first: int = 0) -> list[list[Completion]]:
+        """Samples ``first .. n-1`` of each prompt (``first`` > 0: the ones a shorter run did not draw)."""
+        return self._run([(p, self._sample_seqs(n, seed)[first:]) for p, seed in zip(prompts, seeds)])
 
     def greedy_and_samples(self, prompts: list[str], n: int, seeds: list[int]) -> tuple[list[Completion], list[list[Completion]]]:
         """Both in one pass: a prompt's greedy answer and samples share its decoded prompt, and no

@@ -2,8 +2,10 @@
 
 Per-prompt results are cached by content hash (backbone, chat prompt, decoding
 settings, seed), so a killed run resumes where it stopped and a re-run with the
-same params makes no model call.  Empty and truncated answers are recorded, not
-dropped: downstream stages decide what to do with them and the report counts them.
+same params makes no model call; raising or lowering S (`generate.n_samples`) reuses
+the samples already drawn where each sample has its own seed.  Empty and truncated
+answers are recorded, not dropped: downstream stages decide what to do with them and
+the report counts them.
 """
 from __future__ import annotations
 
@@ -178,7 +180,9 @@ def generate_all(cfg: Config, prompts: list[Prompt], generator: Generator | None
 
     Items are cached by content (backbone, chat prompt, decoding settings), so two
     prompts with the same text share one generation; each record returned carries
-    its own prompt's id and text.  Duplicate prompt ids are an error.
+    its own prompt's id and text.  Duplicate prompt ids are an error.  With a backend
+    that seeds each sample on its own (``llamacpp``, ``hf``), a prompt cached with another
+    S is reused: cut to S, or topped up with the samples it lacks (`reusable_samples`).
     """
     seen: dict[str, int] = {}
     for i, p in enumerate(prompts):
@@ -190,40 +194,90 @@ def generate_all(cfg: Config, prompts: list[Prompt], generator: Generator | None
     cache = ItemCache(cache_dir or paths.stage_cache("generate"))
     tok = load_tokenizer(cfg)
     dec = decoding_settings(cfg)
+    n = cfg.generate.n_samples
     chats = [chat_prompt(tok, p.text, cfg.backbone.system_prompt) for p in prompts]
-    keys = [content_hash({"backbone": cfg.backbone.name, "chat": c, "decoding": dec,
-                          "seed": cfg.generate.seed, "v": 1}) for c in chats]
+    key = lambda chat, s: content_hash({"backbone": cfg.backbone.name, "chat": chat,  # noqa: E731
+                                        "decoding": {**dec, "n_samples": s}, "seed": cfg.generate.seed, "v": 1})
+    keys = [key(c, n) for c in chats]
     first: dict[str, int] = {}
     for i, k in enumerate(keys):
         first.setdefault(k, i)
     todo = [i for k, i in first.items() if k not in cache]  # one model call per distinct content
     stats = {"prompts": len(prompts), "cached": len(prompts) - len(todo), "generated": 0,
              "generated_tokens": 0, "generate_seconds": 0.0}
+    # another S of the same settings: its first min(S, S') samples are this run's (`reusable_samples`)
+    one_by_one = (generator.name if generator is not None else dec["backend"]) in SEEDED_ONE_BY_ONE
+    others = reusable_samples(cache, todo, lambda i, s: key(chats[i], s), n) if one_by_one else {}
+    for i, rec in others.items():
+        if len(rec.samples) >= n:  # cut: no model call
+            cache.put(keys[i], rec.model_copy(update={"samples": rec.samples[:n], "decoding": dec}).model_dump(mode="json"))
+    todo = [i for i in todo if i not in others or len(others[i].samples) < n]
+    stats["samples_reused_from"] = len(others)
     if todo:
         with (open_generator(cfg) if generator is None else _borrowed(generator)) as gen:
             stats["backend"] = gen.name
             bs = max(1, cfg.generate.batch_size)
             bar = tqdm(total=len(todo), desc=f"generate[{gen.name}]", unit="prompt", disable=not progress)
-            for s in range(0, len(todo), bs):
-                idx = todo[s:s + bs]
+            fresh = [i for i in todo if i not in others]
+            topped = sorted((i for i in todo if i in others), key=lambda i: len(others[i].samples))
+            for s in range(0, len(fresh), bs):
+                idx = fresh[s:s + bs]
                 t0 = time.perf_counter()
                 seeds = [prompt_seed(cfg.generate.seed, prompts[i].id) for i in idx]
-                greedy, samples = greedy_and_samples(gen, [chats[i] for i in idx], cfg.generate.n_samples, seeds)
+                greedy, samples = greedy_and_samples(gen, [chats[i] for i in idx], n, seeds)
                 stats["generate_seconds"] += time.perf_counter() - t0
-                for j, i in enumerate(idx):
-                    rec = Generation(
-                        prompt_id=prompts[i].id, backbone=cfg.backbone.name, prompt_text=prompts[i].text,
-                        chat_prompt=chats[i], greedy=_sample(tok, greedy[j]),
-                        samples=[_sample(tok, c) for c in samples[j]], decoding=dec, seed=seeds[j],
-                    )
-                    stats["generated_tokens"] += len(rec.greedy.token_ids) + sum(len(x.token_ids) for x in rec.samples)
-                    cache.put(keys[i], rec.model_dump(mode="json"))  # durable before moving on
-                    stats["generated"] += 1
+                recs = [Generation(prompt_id=prompts[i].id, backbone=cfg.backbone.name, prompt_text=prompts[i].text,
+                                   chat_prompt=chats[i], greedy=_sample(tok, greedy[j]),
+                                   samples=[_sample(tok, c) for c in samples[j]], decoding=dec, seed=seeds[j])
+                        for j, i in enumerate(idx)]
+                stats["generated_tokens"] += sum(len(r.greedy.token_ids) + sum(len(x.token_ids) for x in r.samples)
+                                                 for r in recs)
+                _keep(cache, [keys[i] for i in idx], stats, recs)
+                bar.update(len(idx))
+            for s in range(0, len(topped), bs):  # the samples a run with fewer did not draw, from its own seeds
+                idx, drawn = topped[s:s + bs], {}
+                t0 = time.perf_counter()
+                for m in sorted({len(others[i].samples) for i in idx}):
+                    group = [i for i in idx if len(others[i].samples) == m]
+                    got = gen.sample([others[i].chat_prompt for i in group], n, [others[i].seed for i in group], first=m)
+                    drawn.update({i: [_sample(tok, c) for c in cs] for i, cs in zip(group, got)})
+                stats["generate_seconds"] += time.perf_counter() - t0
+                stats["generated_tokens"] += sum(len(x.token_ids) for i in idx for x in drawn[i])
+                _keep(cache, [keys[i] for i in idx], stats,
+                      [others[i].model_copy(update={"samples": others[i].samples + drawn[i], "decoding": dec}) for i in idx])
                 bar.update(len(idx))
             bar.close()
     # the cached record may have been written for another prompt with the same text
     gens = [given_answer(tok, Generation.model_validate(cache.get(k)), p) for k, p in zip(keys, prompts)]
     return gens, stats
+
+
+# backends whose sample j of a prompt is drawn from its own seed (`hf.sample_seeds`) whatever S is
+SEEDED_ONE_BY_ONE = ("llamacpp", "hf")
+REUSE_SEARCH = 64  # how many other sample counts above S to look for
+
+
+def reusable_samples(cache: ItemCache, todo: list[int], key, n: int) -> dict[int, Generation]:
+    """For each item ``i`` of ``todo`` (not cached at S = ``n``), a cached record of the same prompt and
+    settings with another number of samples, when one exists: ``key(i, s)`` is its cache key at S = s.
+    With samples seeded one by one, sample j does not depend on S, so a record with more samples
+    holds this run's (cut it) and one with fewer holds the first of them (draw the rest): raising
+    S from 7 to 9 costs two samples a prompt, not nine.  The nearest larger S is taken first."""
+    out = {}
+    for i in todo:
+        for s in [*range(n + 1, n + REUSE_SEARCH + 1), *range(n - 1, 0, -1)]:
+            k = key(i, s)
+            if k in cache and (rec := cache.get(k)) is not None:
+                out[i] = Generation.model_validate(rec)
+                break
+    return out
+
+
+def _keep(cache: ItemCache, keys: list[str], stats: dict, recs: list[Generation]) -> None:
+    """Write each record under its key, durable before moving on."""
+    for k, rec in zip(keys, recs):
+        cache.put(k, rec.model_dump(mode="json"))
+        stats["generated"] += 1
 
 
 def given_answer(tok, gen: Generation, prompt: Prompt) -> Generation:
