@@ -213,6 +213,10 @@ def generate_all(cfg: Config, prompts: list[Prompt], generator: Generator | None
             cache.put(keys[i], rec.model_copy(update={"samples": rec.samples[:n], "decoding": dec}).model_dump(mode="json"))
     todo = [i for i in todo if i not in others or len(others[i].samples) < n]
     stats["samples_reused_from"] = len(others)
+    if others:
+        log.info("generate: %d prompt(s) reuse the samples cached at another S (%d cut, %d topped up to S = %d)",
+                 len(others), sum(len(r.samples) >= n for r in others.values()),
+                 sum(len(r.samples) < n for r in others.values()), n)
     if todo:
         with (open_generator(cfg) if generator is None else _borrowed(generator)) as gen:
             stats["backend"] = gen.name
