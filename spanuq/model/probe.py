@@ -92,7 +92,8 @@ class SpanUQProbe(nn.Module):
         self.input_proj = nn.Linear(d_in, dp)
         if cfg.span_skip:  # W_s: each token's own input, pooled by the span's soft mask beside c
             if cfg.enrichment == "off":
-                raise ValueError("probe.span_skip adds to the pooled content c: it needs probe.enrichment on")
+                raise ValueError("probe.span_skip adds to the pooled content c: it needs probe.enrichment on "
+                                 "(with probe.enrichment=off set probe.span_skip=false too)")
             self.skip_proj = nn.Linear(d_in, dp)
         enc_layer = nn.TransformerEncoderLayer(dp, cfg.n_heads, cfg.d_ffn, cfg.dropout,
                                                batch_first=True, norm_first=True)
