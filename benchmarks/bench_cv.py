@@ -14,7 +14,7 @@ intervals, the negatives beside them), the per-fold AUROC and detection F1, and 
 difference to the first row and to the surface prior with a paired bootstrap over answers.
 Results are written after every (fold, row), so a killed run resumes where it stopped.
 
-    python benchmarks/bench_cv.py data --rows default "span skip" --out /tmp/cv.json
+    python benchmarks/bench_cv.py data --rows default "span skip off" --out /tmp/cv.json
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def paired_diff(y, a, b, groups, n_boot: int, threshold: float, gap: float, seed
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data", type=Path, help="the run's data folder (features + labels.jsonl)")
-    ap.add_argument("--rows", nargs="+", default=["default", "span skip"], help="ablate.rows names (first = reference)")
+    ap.add_argument("--rows", nargs="+", default=["default", "span skip off"], help="ablate.rows names (first = reference)")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--preset", default=None, help="the run's preset (e.g. cpu-full)")
     ap.add_argument("--set", action="append", default=[], help="extra dotted overrides for every row (key=value)")
