@@ -5,9 +5,11 @@ coin toss there.  This script scores each named ``ablate.rows`` entry (and the s
 the floor every margin is read against) on every training answer once: the train split's
 answers are cut into ``--folds`` folds by prompt (a prompt's sample answers stay in its fold);
 for each fold, every row is trained on the other folds with the run's own dev split for early
-stopping and calibration, exactly as the train stage does, and scores the held-out fold as the
-evaluate stage does (every labelled span; a span no kept prediction overlaps gets û_seq).  The
-test split is never read.
+stopping and calibration, exactly as the train stage does, and scores the held-out fold's greedy
+answers as the evaluate stage does (every labelled span; a span no kept prediction overlaps gets
+û_seq).  Sample answers (`label.sample_answers`) train but are never scored, so runs with and
+without them are read on the same spans; a row trains on the first ``label.sample_answers`` of
+them its own config keeps (0: greedy answers only).  The test split is never read.
 
 Prints, per row, the pooled AUROC / pair accuracy over every training span (95% cluster-bootstrap
 intervals, the negatives beside them), the per-fold AUROC and detection F1, and each row's
@@ -15,6 +17,9 @@ difference to the first row and to the surface prior with a paired bootstrap ove
 Results are written after every (fold, row), so a killed run resumes where it stopped.
 
     python benchmarks/bench_cv.py data --rows default "span skip off" --out /tmp/cv.json
+
+A row is an ``ablate.rows`` name or inline overrides, e.g. on a run labelled with two sample
+answers a prompt: ``--set label.sample_answers=2 --rows default label.sample_answers=0``.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
+import yaml  # noqa: E402
 
 from spanuq.config import apply_overrides, load_config  # noqa: E402
 
@@ -70,7 +76,8 @@ def paired_diff(y, a, b, groups, n_boot: int, threshold: float, gap: float, seed
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data", type=Path, help="the run's data folder (features + labels.jsonl)")
-    ap.add_argument("--rows", nargs="+", default=["default", "span skip off"], help="ablate.rows names (first = reference)")
+    ap.add_argument("--rows", nargs="+", default=["default", "span skip off"],
+                    help="ablate.rows names or inline overrides 'key=value,key=value' (first = reference)")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--preset", default=None, help="the run's preset (e.g. cpu-full)")
     ap.add_argument("--set", action="append", default=[], help="extra dotted overrides for every row (key=value)")
@@ -83,7 +90,8 @@ def main() -> None:
     from spanuq.baselines.surface_prior import SurfacePrior
     from spanuq.evaluate.stage import evaluate_probe
     from spanuq.features.dataset import answers, load_examples, training_examples
-    from spanuq.label.sample_answers import parent_id
+    from spanuq.config import AblateRow
+    from spanuq.label.sample_answers import parent_id, parse
     from spanuq.llm.loading import load_tokenizer
     from spanuq.metrics.uq import metric_value, negatives, span_metrics
     from spanuq.pipeline.paths import StagePaths
@@ -92,6 +100,8 @@ def main() -> None:
     torch.set_num_threads(os.cpu_count() or 1)
     cfg = load_config(REPO / "params.yaml", overrides=[f"paths.data={args.data}", *args.set], preset=args.preset)
     rows = {r.name: r for r in cfg.ablate.rows}
+    rows.update({n: AblateRow(name=n, set={k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in n.split(","))})
+                 for n in args.rows if n not in rows and "=" in n})
     missing = [n for n in args.rows if n not in rows]
     if missing:
         raise SystemExit(f"no ablate.rows named {missing}; params.yaml has {sorted(rows)}")
@@ -99,6 +109,12 @@ def main() -> None:
     train, _ = training_examples(paths.features, paths.labels)
     dev = load_examples(paths.features, paths.labels, ("dev",))
     tokenizer = load_tokenizer(cfg)
+    # a sample answer's rank among its prompt's (0, 1, …): a row keeps those below its label.sample_answers
+    taken: dict[str, list[tuple[int, str]]] = {}
+    for e in train:
+        if (p := parse(e.prompt_id)) is not None:
+            taken.setdefault(p[0], []).append((p[1], e.prompt_id))
+    sample_rank = {a: r for kids in taken.values() for r, (_, a) in enumerate(sorted(kids))}
     folds = fold_of([parent_id(e.prompt_id) for e in train], args.folds)
     fold = np.array([folds[parent_id(e.prompt_id)] for e in train])
     meta = {"data": str(args.data.resolve()), "preset": args.preset, "folds": args.folds, "set": args.set,
@@ -112,7 +128,7 @@ def main() -> None:
           f"({np.bincount(fold).tolist()} answers), dev {len(dev)} answers; rows {args.rows}", flush=True)
     for k in range(args.folds):
         tr = [e for e, f in zip(train, fold) if f != k]
-        held = [e for e, f in zip(train, fold) if f == k]
+        held = [e for e, f in zip(train, fold) if f == k and parent_id(e.prompt_id) == e.prompt_id]
         held_answers = answers(tokenizer, held)
         key = f"{k}/surface prior"
         if key not in done:
@@ -123,8 +139,9 @@ def main() -> None:
             if key in done:
                 continue
             rcfg = apply_overrides(cfg, rows[name].set)
+            tr_row = [e for e in tr if sample_rank.get(e.prompt_id, -1) < rcfg.label.sample_answers]
             t0 = time.perf_counter()
-            model, info = train_probe(rcfg, tr, dev, progress=False)
+            model, info = train_probe(rcfg, tr_row, dev, progress=False)
             calibration, _ = calibrate_on_dev(model, dev, rcfg, "cpu", dev_answers)
             metrics, _, sc = evaluate_probe(rcfg, model, calibration, held, "cpu", held_answers,
                                             window=rcfg.generate.max_new_tokens)
@@ -133,18 +150,19 @@ def main() -> None:
                          "f1": metric_value(metrics, "detection", "f1"), "epochs": info["epochs_run"],
                          "seconds": round(time.perf_counter() - t0, 1)}
             print(f"fold {k} {name}: AUROC {done[key]['auroc']:.3f} pair {done[key]['pair']:.3f} "
-                  f"F1 {done[key]['f1']:.3f} ({done[key]['seconds']:.0f} s)", flush=True)
+                  f"F1 {done[key]['f1']:.3f} ({len(tr_row)} training answers, {done[key]['seconds']:.0f} s)", flush=True)
             args.out.write_text(json.dumps({"meta": meta, "results": done}))
         args.out.write_text(json.dumps({"meta": meta, "results": done}))
 
     # pooled over every training span, in fold order
-    order = [i for k in range(args.folds) for i in np.flatnonzero(fold == k)]
+    greedy = np.array([parent_id(e.prompt_id) == e.prompt_id for e in train])
+    order = [i for k in range(args.folds) for i in np.flatnonzero((fold == k) & greedy)]
     y = np.concatenate([train[i].u.numpy() for i in order])
     groups = np.concatenate([[train[i].prompt_id] * len(train[i].u) for i in order])
     pooled = {n: np.concatenate([done[f"{k}/{n}"]["u"] for k in range(args.folds)])
               for n in ["surface prior", *args.rows]}
-    print(f"\nEvery training span scored once by a probe that did not train on it: {len(y)} spans, "
-          f"{len(train)} answers\n")
+    print(f"\nEvery greedy training answer's span scored once by a probe that did not train on it: "
+          f"{len(y)} spans, {len(order)} answers\n")
     print("| row | pooled AUROC | neg | pair acc | per-fold AUROC (mean) | per-fold F1 (mean) | "
           f"Δ AUROC / Δ pair acc vs {args.rows[0]} | Δ AUROC / Δ pair acc vs surface prior |\n"
           "|---|---|---|---|---|---|---|---|")
