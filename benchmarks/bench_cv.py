@@ -37,7 +37,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
 
 from spanuq.config import apply_overrides, load_config  # noqa: E402
 
@@ -90,7 +89,7 @@ def main() -> None:
     from spanuq.baselines.surface_prior import SurfacePrior
     from spanuq.evaluate.stage import evaluate_probe
     from spanuq.features.dataset import answers, load_examples, training_examples
-    from spanuq.config import AblateRow
+    from spanuq.config import AblateRow, _parse_value
     from spanuq.label.sample_answers import parent_id, parse
     from spanuq.llm.loading import load_tokenizer
     from spanuq.metrics.uq import metric_value, negatives, span_metrics
@@ -100,8 +99,10 @@ def main() -> None:
     torch.set_num_threads(os.cpu_count() or 1)
     cfg = load_config(REPO / "params.yaml", overrides=[f"paths.data={args.data}", *args.set], preset=args.preset)
     rows = {r.name: r for r in cfg.ablate.rows}
-    rows.update({n: AblateRow(name=n, set={k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in n.split(","))})
-                 for n in args.rows if n not in rows and "=" in n})
+    for n in args.rows:  # inline rows: "key=value,key=value", values parsed as on the command line
+        if n not in rows and "=" in n:
+            pairs = (kv.split("=", 1) for kv in n.split(","))
+            rows[n] = AblateRow(name=n, set={k.strip(): _parse_value(v.strip()) for k, v in pairs})
     missing = [n for n in args.rows if n not in rows]
     if missing:
         raise SystemExit(f"no ablate.rows named {missing}; params.yaml has {sorted(rows)}")
