@@ -141,3 +141,17 @@ def test_given_answers_get_their_own_mapping_and_likely_wrong_threshold_fitted_o
             <= soft_bce(y, clipped_logit(for_own.scores(raw))) + 1e-9)
     save_checkpoint(model, TINY, 32, tmp_path / "probe", calibration)
     assert load_checkpoint(tmp_path / "probe").calibration == calibration
+
+
+def test_a_subject_the_backbone_does_not_know_is_told_by_flat_predictions_before_its_claims():
+    from spanuq.model.unknown import fit_unknown_threshold, knowledge_entropy
+
+    assert knowledge_entropy([0.5, 3.0, 1.0, 5.0], [(1, 2), (3, 3)]) == pytest.approx(4.0)  # first tokens 1 and 3
+    assert knowledge_entropy([0.5], []) is None
+    rng = np.random.default_rng(0)
+    knew = rng.random(200) < 0.5
+    stats = np.where(knew, rng.normal(1.0, 0.5, 200), rng.normal(3.0, 0.5, 200))
+    tau, info = fit_unknown_threshold(stats, knew, precision=0.9)
+    assert info["auroc"] > 0.95 and tau is not None and info["precision"] >= 0.9
+    assert np.mean(~knew[stats >= tau]) >= 0.9 and info["recall"] > 0.8
+    assert fit_unknown_threshold(stats, np.ones(200, bool))[0] is None  # it knew everything: no rule

@@ -128,8 +128,12 @@ def load_examples(features_dir, labels_path, splits: tuple[str, ...] | None = No
             raise ValueError(f"{rec.prompt_id}: labels have {rec.n_tokens} tokens, features {it.h.shape[0]}")
         spans = torch.tensor([[s.tok_start, s.tok_end] for s in rec.spans], dtype=torch.long).reshape(-1, 2)
         u = torch.tensor([s.u for s in rec.spans], dtype=torch.float32)
+        meta = {"unplaced": rec.unplaced}
+        slot = next((k for k, s in enumerate(rec.spans) if s.claim_id.endswith(":slot")), None)
+        if slot is not None:  # a given answer's planted or reference slot (`spanuq.label.given`)
+            meta["slot"] = slot
         out.append(ResponseExample(rec.prompt_id, rec.domain, rec.split, it.h, it.entropy, it.token_ids.tolist(),
-                                   spans, u, rec.u_seq, rec.response, {"unplaced": rec.unplaced}, it.surprisal))
+                                   spans, u, rec.u_seq, rec.response, meta, it.surprisal))
     return out
 
 

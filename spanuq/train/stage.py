@@ -18,12 +18,12 @@ same all-span dev AUROC improves.
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 import logging
 import math
 import os
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from ..config import Config
 from ..metrics.ece import fit_platt, fit_temperature, flag_threshold
-from ..metrics.uq import metric_value
+from ..metrics.uq import metric_value, to_numpy
 from ..evaluate.scoring import all_span_scores, evaluate_predictions
 from ..features.dataset import ResponseExample, answers, collate, input_stats, load_examples, training_examples
 from ..llm.loading import resolve_device
@@ -43,6 +43,7 @@ from ..model.losses import SetCriterion
 from ..model.matcher import HungarianMatcher
 from ..model.postprocess import Answer, predict, select_spans
 from ..model.probe import SpanUQProbe
+from ..model.unknown import fit_unknown_threshold, knowledge_entropy
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
 
@@ -179,9 +180,34 @@ def calibrate_given(model, given: list[ResponseExample], calibration: Calibratio
     t, b = fit_platt(y, s)
     mapped = replace(calibration, temperature=t, bias=b, given=None)
     flag, flag_info = flag_threshold(y, mapped.scores(s), ec.flag_precision, ec.positive_threshold)
-    return (replace(calibration, given={"temperature": t, "bias": b, "flag": flag}),
-            {"used": True, "answers": len(given), "spans": int(len(y)), "temperature": t, "bias": b, "flag": flag,
-             "flag_dev": flag_info})
+    fitted = {"temperature": t, "bias": b, "flag": flag}
+    tau, unknown_info = unknown_threshold(preds, given, ec.flag_precision)
+    if tau is not None:
+        fitted["unknown_entropy"] = tau
+    return (replace(calibration, given=fitted),
+            {"used": True, "answers": len(given), "spans": int(len(y)), **fitted, "flag_dev": flag_info,
+             "unknown_dev": unknown_info})
+
+
+def unknown_threshold(preds, given: list[ResponseExample], precision: float) -> tuple[float | None, dict]:
+    """The entropy above which a given answer is about a subject the backbone does not know
+    (`spanuq.model.unknown`), fitted on the dev given answers whose question the backbone answered
+    itself: its swapped answer planted a wrong value (it was right: it knew) or put in the
+    reference (it was wrong: it did not)."""
+    from ..label.given import is_given, parent_id
+
+    knew = {parent_id(e.prompt_id): bool(e.u[e.meta["slot"]] >= 1.0) for e in given
+            if e.prompt_id.endswith("@given-swap") and "slot" in e.meta}
+    stats, labels = [], []
+    for p, e in zip(preds, given):
+        if not is_given(e.prompt_id) or parent_id(e.prompt_id) not in knew:
+            continue
+        spans = to_numpy(p.spans, np.int64).reshape(-1, 2)[np.asarray(p.keep, dtype=np.int64)]
+        stat = knowledge_entropy(e.entropy.numpy(), [tuple(x) for x in spans])
+        if stat is not None:
+            stats.append(stat)
+            labels.append(knew[parent_id(e.prompt_id)])
+    return fit_unknown_threshold(stats, labels, precision)
 
 
 def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExample],
