@@ -355,6 +355,9 @@ class ScoreConfig(_Section):
     host: str = "127.0.0.1"
     port: int = 8000
     max_body_bytes: int = 512 * 1024
+    # seconds a request's whole body may take to arrive (a body shorter than its Content-Length, or one that
+    # trickles in, would otherwise hold a connection open): 408 after it
+    body_timeout_s: float = Field(default=30.0, gt=0)
     max_batch_items: int = 32  # items in one POST /score/batch
     max_queue: int = 256  # queued requests before 503
     micro_batch: int = 8  # queued requests scored together by the worker

@@ -176,21 +176,32 @@ class ClientGone(Exception):
     """The client disconnected before its request body arrived: nobody is left to answer."""
 
 
-async def _json_body(request: Request, limit: int):
+async def _read_body(request: Request, limit: int) -> bytes:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPError(413, f"request body larger than {limit:,} bytes (score.max_body_bytes)")
+    return body
+
+
+async def _json_body(request: Request, limit: int, timeout_s: float):
+    """The request's JSON body, read within ``timeout_s`` (408 after it) and at most ``limit`` bytes."""
+    if "content-length" in request.headers and "chunked" in request.headers.get("transfer-encoding", "").lower():
+        raise HTTPError(400, "the request has both Content-Length and Transfer-Encoding: chunked; send one")
     try:
         declared = int(request.headers.get("content-length") or 0)
     except ValueError:
         raise HTTPError(400, "the Content-Length header is not a number") from None
     if declared > limit:
         raise HTTPError(413, f"request body larger than {limit:,} bytes (score.max_body_bytes)")
-    body = b""
     try:
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise HTTPError(413, f"request body larger than {limit:,} bytes (score.max_body_bytes)")
+        body = await asyncio.wait_for(_read_body(request, limit), timeout_s)
     except ClientDisconnect:
         raise ClientGone() from None
+    except asyncio.TimeoutError:
+        raise HTTPError(408, f"the request body did not arrive within {timeout_s:g} s "
+                             "(score.body_timeout_s)") from None
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -241,7 +252,8 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
 
     @app.exception_handler(HTTPError)
     async def _http_error(request: Request, e: HTTPError):
-        return JSONResponse({"detail": e.message}, status_code=e.status)
+        close = {"Connection": "close"} if e.status in (400, 408, 413) else None  # the body may be unread
+        return JSONResponse({"detail": e.message}, status_code=e.status, headers=close)
 
     @app.exception_handler(ClientGone)
     async def _client_gone(request: Request, e: ClientGone):
@@ -255,7 +267,7 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
     @app.post("/score", response_model=ScoreResult, openapi_extra=_openapi(ScoreRequest),
               responses={400: {}, 413: {}, 422: {}, 503: {}})
     async def score(request: Request):
-        req = _validate(ScoreRequest, await _json_body(request, scfg.max_body_bytes))
+        req = _validate(ScoreRequest, await _json_body(request, scfg.max_body_bytes, scfg.body_timeout_s))
         try:
             uq.check(req.prompt, req.response)  # cheap limits here, before the queue (the worker checks again)
         except InputError as e:
@@ -273,7 +285,7 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
     @app.post("/score/batch", response_model=BatchResponse, openapi_extra=_openapi(BatchRequest),
               responses={400: {}, 413: {}, 422: {}, 503: {}})
     async def score_batch(request: Request):
-        batch = _validate(BatchRequest, await _json_body(request, scfg.max_body_bytes))
+        batch = _validate(BatchRequest, await _json_body(request, scfg.max_body_bytes, scfg.body_timeout_s))
         if not batch.items:
             raise HTTPError(422, "items is empty")
         if len(batch.items) > scfg.max_batch_items:
@@ -291,7 +303,7 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
         """The backbone's answer to ``prompt`` as Server-Sent Events while it is generated: ``event: update``
         with a `StreamUpdate` (``{"update", "html"}`` with ``?html=1``), the last with ``done`` true;
         ``event: error`` with ``{"status", "detail"}`` if generation fails.  Bad input is a 4xx before any event."""
-        req = _validate(ScoreRequest, await _json_body(request, scfg.max_body_bytes))
+        req = _validate(ScoreRequest, await _json_body(request, scfg.max_body_bytes, scfg.body_timeout_s))
         if req.response is not None:
             raise HTTPError(422, "a stream scores the backbone's own answer as it is generated; "
                                  "POST /score scores a given response")
@@ -333,7 +345,7 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
     @app.post("/refine", response_model=RefineResult, openapi_extra=_openapi(RefineRequest),
               responses={400: {}, 413: {}, 422: {}, 503: {}})
     async def refine(request: Request):
-        req = _validate(RefineRequest, await _json_body(request, scfg.max_body_bytes))
+        req = _validate(RefineRequest, await _json_body(request, scfg.max_body_bytes, scfg.body_timeout_s))
         try:
             check_refine(req.mode, uq.cfg.score.refine_threshold if req.threshold is None else req.threshold)
             uq.check(req.prompt, req.response)
@@ -348,7 +360,7 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
     async def render(request: Request):
         from .views import fragment
 
-        result = _validate(ScoreResult, await _json_body(request, 4 * scfg.max_body_bytes))
+        result = _validate(ScoreResult, await _json_body(request, 4 * scfg.max_body_bytes, scfg.body_timeout_s))
         return {"html": fragment(result)}
 
     @app.get("/health")
