@@ -151,6 +151,24 @@ def test_a_chunked_body_is_read_and_scored(quick_timeout_service):
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
 
 
+def test_one_context_size_everywhere_health_generation_and_errors(service, scorer):
+    ctx = httpx.get(f"{service}/health").json()["limits"]["context_tokens"]
+    assert ctx == scorer.max_context
+    chat, _ = scorer._chat("")
+    per_word = len(scorer.tok(" word" * 100, add_special_tokens=False)["input_ids"]) / 100
+    limits = scorer.cfg.score.max_prompt_chars
+    try:
+        scorer.cfg.score.max_prompt_chars = 200_000
+        fits = "Repeat the last word. " + "word " * int((ctx - 1_500) / per_word)  # past 4,096, inside ctx
+        r = httpx.post(f"{service}/score", json={"prompt": fits}, timeout=600)
+        assert r.status_code == 200 and r.json()["generator"] == "llamacpp", r.text
+        too_long = "word " * int((ctx + 200) / per_word)
+        r = httpx.post(f"{service}/score", json={"prompt": too_long}, timeout=600)
+        assert r.status_code == 422 and f"context of {ctx:,} tokens" in r.json()["detail"], r.text
+    finally:
+        scorer.cfg.score.max_prompt_chars = limits
+
+
 def test_batch_scores_every_item_and_reports_each_items_error(service):
     items = [{"prompt": "Capital?", "response": ANSWER}, {"prompt": "   "}, {"prompt": "Who?", "response": "Nobody knows."}]
     r = httpx.post(f"{service}/score/batch", json={"items": items}, timeout=300)

@@ -150,6 +150,7 @@ def to_html(text: str, spans: Sequence[Span], title: str | None = None) -> str:
 
 # ------------------------------------------------------------------ views of a ScoreResult
 LEGEND = "û: 0 = the model would say this again, 1 = likely wrong"
+HOW_TO_CHOOSE = "choose with --model shipped | DIR | models:/spanuq-<backbone>@champion"
 
 
 def result_spans(result) -> list[Span]:
@@ -180,7 +181,14 @@ def terminal_view(result, colour_on: bool = True) -> str:
     for s in result.spans:
         lines.append(f"  {_chip(s.u, colour_on)}  {s.text!r}  chars {s.start}-{s.end}  ν {s.nu:.1f}")
     lines += [f"warning: {w}" for w in result.warnings]
+    if result.probe:
+        lines.append(probe_line(result.probe))
     return "\n".join(lines)
+
+
+def probe_line(probe: str) -> str:
+    """Which probe scored, and how to choose another (every view says it)."""
+    return f"probe: {probe}; {HOW_TO_CHOOSE}"
 
 
 class LiveTerminal:
@@ -220,8 +228,9 @@ def fragment(result) -> str:
             f"{result.n_tokens} tokens · backbone {t.backbone_s:.2f} s, probe {t.probe_s:.3f} s"
             + (f", generation {t.generate_s:.2f} s" if t.generate_s is not None else ""))
     warnings = "".join(f'<p class="uq-warning" role="alert">warning: {html.escape(w)}</p>' for w in result.warnings)
+    probe = f'<p class="meta uq-probe">{html.escape(probe_line(result.probe))}</p>' if result.probe else ""
     return (f'<section class="spanuq-result">{warnings}{to_html(result.answer, result_spans(result))}'
-            f'<p class="meta">{meta}</p><ol class="uq-list">{items}</ol></section>')
+            f'<p class="meta">{meta}</p><ol class="uq-list">{items}</ol>{probe}</section>')
 
 
 def html_page(result) -> str:
