@@ -152,19 +152,19 @@ def test_a_chunked_body_is_read_and_scored(quick_timeout_service):
 
 
 def test_one_context_size_everywhere_health_generation_and_errors(service, scorer):
+    """/health, the llama.cpp server that generates and the error past it all say the backbone's context."""
     ctx = httpx.get(f"{service}/health").json()["limits"]["context_tokens"]
-    assert ctx == scorer.max_context
-    chat, _ = scorer._chat("")
+    assert ctx == scorer.max_context == scorer.model.config.max_position_embeddings
+    httpx.post(f"{service}/score", json={"prompt": "Name a planet."}, timeout=300).raise_for_status()
+    assert scorer._server.n_ctx == ctx  # generation has the same room as the teacher-forced pass
     per_word = len(scorer.tok(" word" * 100, add_special_tokens=False)["input_ids"]) / 100
     limits = scorer.cfg.score.max_prompt_chars
     try:
         scorer.cfg.score.max_prompt_chars = 200_000
-        fits = "Repeat the last word. " + "word " * int((ctx - 1_500) / per_word)  # past 4,096, inside ctx
-        r = httpx.post(f"{service}/score", json={"prompt": fits}, timeout=600)
-        assert r.status_code == 200 and r.json()["generator"] == "llamacpp", r.text
         too_long = "word " * int((ctx + 200) / per_word)
         r = httpx.post(f"{service}/score", json={"prompt": too_long}, timeout=600)
         assert r.status_code == 422 and f"context of {ctx:,} tokens" in r.json()["detail"], r.text
+        assert "4,096" not in r.json()["detail"]
     finally:
         scorer.cfg.score.max_prompt_chars = limits
 
