@@ -364,7 +364,10 @@ class ScoreConfig(_Section):
     # `SpanUQ.refine` / `spanuq refine` (docs/refine.md): spans with û above refine_threshold are acted on;
     # regenerate samples refine_candidates continuations (generate.temperature / top_p) of at most
     # refine_max_new_tokens for each of at most refine_max_regions sentences, the probe keeps the most certain
-    refine_threshold: float = 0.5
+    refine_threshold: float | None = None  # None: the answer's likely-wrong threshold (its flag_threshold)
+    # how much lower a candidate's û must be to replace a region; None: the probe's margin for the answer's
+    # source, fitted on dev pairs of answers that differ in one fact (`spanuq.metrics.ece.pair_margin`)
+    refine_margin: float | None = Field(default=None, ge=0, le=1)
     refine_candidates: int = 4
     refine_max_new_tokens: int = 48
     refine_max_regions: int = 3

@@ -33,7 +33,7 @@ def test_the_last_streamed_update_equals_score_on_its_answer(scorer, generator):
     assert len(updates) >= 3  # 24 tokens, every 4: spans appear before the answer is complete
     r = final.result
     assert r.answer_source == "generated" and r.generator == generator and r.spans
-    assert_same_scores(r, scorer.score(PROMPT, response=r.answer))
+    assert_same_scores(r, scorer.score(PROMPT, response=r.answer, answer_source="generated"))
     if generator == "hf":
         assert r.timings.backbone_s == 0  # the states were captured while generating: no second pass
     for u in updates[:-1]:  # each partial answer is a prefix of the final one, scored as score() scores it
@@ -45,7 +45,7 @@ def test_the_last_streamed_update_equals_score_on_its_answer(scorer, generator):
 def test_a_partial_update_equals_score_on_the_partial_answer(scorer):
     first = next(iter(scorer.score_stream(PROMPT, generator="hf", every=6, at_clauses=False)))
     assert not first.done and first.n_generated == 6
-    assert_same_scores(first.result, scorer.score(PROMPT, response=first.result.answer))
+    assert_same_scores(first.result, scorer.score(PROMPT, response=first.result.answer, answer_source="generated"))
 
 
 @pytest.mark.parametrize("generator", ["hf", "llamacpp"])

@@ -49,6 +49,8 @@ def add_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
                          "slot swapped), pasted (multi-sentence answers)")
     pl.add_argument("--name", default="planted", help="output stem: data/<backbone>/bench/<name>.{json,md}")
     pl.add_argument("--limit", type=int, default=None, help="only the first N facts and pasted pairs (a quick look)")
+    pl.add_argument("--refine", action="store_true", help="also refine every twin and the backbone's own answers "
+                    "(regenerate) and count right → wrong against wrong → right (slow: minutes per 100 answers)")
     pl.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     pl.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
 
@@ -59,7 +61,8 @@ def run_bench(args, cfg) -> int:
 
         out = run_planted(cfg, probe=args.probe, facts=args.facts, pasted=args.pasted,
                           sources=tuple(s for s in args.sources.split(",") if s), name=args.name,
-                          bootstrap=args.bootstrap, seed=args.seed, progress=not args.no_progress, limit=args.limit)
+                          bootstrap=args.bootstrap, seed=args.seed, progress=not args.no_progress, limit=args.limit,
+                          refine=args.refine)
         print(markdown(json.loads(out.read_text())), end="")
         print(f"bench planted: wrote {out} and {out.with_suffix('.md')}")
         return 0

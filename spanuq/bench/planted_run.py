@@ -180,6 +180,14 @@ def markdown(record: dict) -> str:
     for r in s["table"]:
         lines.append(f"| {r['source']} | {r['kind']} | {r['pairs']} | {r['questions']} | "
                      + " | ".join(fmt(r[m]) for m in METHODS) + f" | {r['coverage']:.2f} |")
+    if record.get("refine"):
+        lines += ["", "Refine (regenerate): what it did to answers that were right and to answers that were wrong", "",
+                  "| answers | right | right → wrong | wrong | wrong → right | changed |", "|---|---|---|---|---|---|"]
+        rows = [(f"{k} twins", v) for k, v in record["refine"]["pairs"].items()]
+        rows.append(("the backbone's own answers", record["refine"]["own_answers"]))
+        for name, v in rows:
+            lines.append(f"| {name} | {v.get('right', 0)} | {v.get('right_to_wrong', 0)} | {v.get('wrong', 0)} | "
+                         f"{v.get('wrong_to_right', 0)} | {v.get('changed', 0)} |")
     c, p = s["correct_slots"], s["planted_slots"]
     if c["n"]:
         lines += ["", f"Correct slots: mean û {c['mean_u']:.3f}, {c['share_u_ge_0.5']:.1%} at û ≥ 0.5; planted slots: "
@@ -190,8 +198,11 @@ def markdown(record: dict) -> str:
 
 def run_planted(cfg: Config, probe: str | None = None, facts: str | Path | None = None,
                 pasted: str | Path | None = None, sources: tuple[str, ...] = SOURCES, name: str = "planted",
-                bootstrap: int = 1000, seed: int = 0, progress: bool = True, limit: int | None = None) -> Path:
-    """Build the pairs, score them and every control, write the table; returns the JSON file."""
+                bootstrap: int = 1000, seed: int = 0, progress: bool = True, limit: int | None = None,
+                refine: bool = False) -> Path:
+    """Build the pairs, score them and every control, write the table; returns the JSON file.
+    ``refine``: also refine every twin and the backbone's own answers and count what got worse
+    (`spanuq.bench.planted_refine`)."""
     from .. import SpanUQ
     from ..label.units import load_spacy
     from ..score.scorer import resolve_checkpoint
@@ -206,22 +217,29 @@ def run_planted(cfg: Config, probe: str | None = None, facts: str | Path | None 
     nlp = load_spacy(cfg.label.spacy_model)
     pairs: list[PlantedPair] = []
     skipped: dict[str, str] = {}
+    refined = None
     with SpanUQ.load(ckpt, cfg=cfg) as uq:
         if "templated" in sources:
             pairs += templated_pairs(rows, templates())
+        answers = own_answers(uq, rows, bench_dir / f"{name}-answers.jsonl", progress) \
+            if "own" in sources or refine else {}
         if "own" in sources:
-            answers = own_answers(uq, rows, bench_dir / f"{name}-answers.jsonl", progress)
             own, skipped = own_pairs(rows, answers, nlp)
             pairs += own
         if "pasted" in sources:
             pairs += pasted_pairs(Path(pasted) if pasted else PASTED)[:limit]
         scored = score_pairs(uq, pairs, nlp, progress)
+        if refine:
+            from .planted_refine import refine_own, refine_twins
+
+            refined = {"pairs": refine_twins(uq, pairs, {r["id"]: r["references"] for r in rows}, progress),
+                       "own_answers": refine_own(uq, rows, answers, progress)}
         probe_info = {"path": str(uq.checkpoint), "source": uq.probe_source,
                       "sha256": sha256_file(ckpt / "model.safetensors")}
     record = {"benchmark": "planted pairs", "probe": probe_info, "sources": list(sources),
               "facts": str(facts or FACTS), "pasted": str(pasted or PASTED) if "pasted" in sources else None,
               "own_skipped": skipped, "bootstrap": {"resamples": bootstrap, "unit": "question", "seed": seed},
-              "summary": summarise(scored, bootstrap, seed), "items": scored}
+              "summary": summarise(scored, bootstrap, seed), "refine": refined, "items": scored}
     out = bench_dir / f"{name}.json"
     write_json(out, record)
     out.with_suffix(".md").write_text(markdown(record), encoding="utf-8")

@@ -109,3 +109,25 @@ def flag_threshold(u_true, u_cal, precision: float, positive: float = 0.5, min_f
     ok = [r for r in rows if r[1] >= precision]
     t, prec, n, rec = ok[0] if ok else max(rows, key=lambda r: (r[1], -r[0]))
     return t, {"precision": prec, "flagged": n, "recall": rec, "reached": bool(ok), "target": precision}
+
+
+def pair_margin(u_right, u_wrong, confidence: float = 0.9, min_pairs: int = 10,
+                grid: np.ndarray | None = None) -> tuple[float, dict]:
+    """The smallest margin m such that, over pairs of answers that differ in one fact (the right
+    value, a wrong one) whose scores differ by at least m, the lower score is the right answer's
+    at least ``confidence`` of the time: how much more certain a replacement must be before it is
+    trusted (`spanuq.score.refine`). Where no m reaches it, the m of the highest share (ties: the
+    lower m)."""
+    r, w = np.asarray(u_right, dtype=np.float64), np.asarray(u_wrong, dtype=np.float64)
+    gap = np.abs(w - r)
+    grid = np.round(np.arange(0.0, 0.51, 0.02), 2) if grid is None else np.asarray(grid)
+    rows = []
+    for m in grid:
+        sel = gap >= max(m, 1e-9)
+        if sel.sum() >= min_pairs:
+            rows.append((float(m), float((w[sel] > r[sel]).mean()), int(sel.sum())))
+    if not rows:
+        return float(grid[-1]), {"share": None, "pairs": 0, "reached": False}
+    ok = [x for x in rows if x[1] >= confidence]
+    m, share, n = ok[0] if ok else max(rows, key=lambda x: (x[1], -x[0]))
+    return m, {"share": share, "pairs": n, "reached": bool(ok), "target": confidence}

@@ -58,7 +58,8 @@ class Calibration:
     ``validity_threshold``: a query is shown when its validity p reaches it; ``dup_iou``: a shown
     span whose token IoU with a higher-validity shown span exceeds it is a duplicate and is
     dropped; ``flag``: a span at or above this calibrated û is shown as likely wrong (chosen on
-    dev for precision). These hold for the backbone's own answers; ``given`` holds T, b and flag
+    dev for precision); ``margin``: how much lower a replacement's û must be before `refine`
+    trusts it. These hold for the backbone's own answers; ``given`` holds T, b, flag and margin
     fitted on answers the backbone did not write (`for_source`), None when none were fitted."""
 
     temperature: float = 1.0
@@ -66,6 +67,7 @@ class Calibration:
     dup_iou: float = 0.5
     bias: float = 0.0
     flag: float = 0.5
+    margin: float = 0.0
     given: dict | None = field(default=None, hash=False, compare=True)
 
     def __post_init__(self) -> None:
@@ -90,7 +92,7 @@ class Calibration:
             return self
         g = self.given
         return replace(self, temperature=float(g.get("temperature", 1.0)), bias=float(g.get("bias", 0.0)),
-                       flag=float(g.get("flag", self.flag)), given=None)
+                       flag=float(g.get("flag", self.flag)), margin=float(g.get("margin", self.margin)), given=None)
 
     def with_threshold(self, threshold: float | None) -> "Calibration":
         """This calibration with another validity threshold (None keeps it)."""

@@ -39,6 +39,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def add_score_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("prompt", nargs="?", help="the prompt (omit with --file)")
     p.add_argument("--response", default=None, metavar="TEXT|@FILE", help="score this answer instead of generating")
+    p.add_argument("--answer-source", choices=["given", "generated"], default=None,
+                   help="who wrote --response: given (default: another model or a person) or generated (this "
+                        "backbone, e.g. through a server that serves it); û is calibrated for each")
     p.add_argument("--json", action="store_true", help="print the result as JSON (docs/score.schema.json)")
     p.add_argument("--html", default=None, metavar="FILE", help="also write a standalone HTML page")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
@@ -111,7 +114,7 @@ def run_score(args, cfg) -> int:
     response = read_arg(args.response)  # a file that cannot be read fails before the backbone loads
     check_early(args.prompt, response, cfg)
     with load_uq(args, cfg) as uq:
-        result = uq.score(args.prompt, response=response)
+        result = uq.score(args.prompt, response=response, answer_source=args.answer_source)
     if args.html:
         Path(args.html).write_text(html_page(result), encoding="utf-8")
     if args.json:

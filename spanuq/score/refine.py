@@ -1,7 +1,8 @@
 """Acting on uncertain spans: `SpanUQ.refine(prompt[, response], mode=..., threshold=...)`.
 
 The answer is scored once; every span whose û is above the threshold
-(``score.refine_threshold``, 0.5 by default: more likely wrong than right) is acted on:
+(``score.refine_threshold``; by default the answer's likely-wrong threshold, ``flag_threshold``)
+is acted on:
 
 * ``flag`` — nothing changes but the marking: the spans above the threshold are
   reported as flagged (no backbone call).
@@ -21,7 +22,14 @@ The answer is scored once; every span whose û is above the threshold
   the probe and the most certain one kept: the one with the lowest *region
   uncertainty* (`region_u`: the highest û among its spans that overlap the
   region, or its û_seq when no span does), the current answer included, so a
-  region only changes when a candidate is more certain than what was there.
+  region only changes when a candidate is more certain than what was there *by a
+  margin* (``score.refine_margin``; by default the probe's, fitted on dev pairs of
+  answers that differ in one fact: the gap in û beyond which the lower one is the
+  right answer at the flag precision, `spanuq.metrics.ece.pair_margin`).  Candidates are
+  scored as answers of the original's source (a given answer's candidates as given
+  answers), so both sides of the comparison are read the same way: the backbone's own
+  continuation always looks surer to it than someone else's words, and without the margin a
+  right fact the backbone does not know would be swapped for a wrong one it prefers.
 
 `RefineResult` gives the answer before and after with both scores and, for every
 span of the original answer, what was done to it and its û before and after.
@@ -69,7 +77,8 @@ class RefineRequest(_Record):
     response: str | None = Field(default=None, description="an answer to refine; omitted: the backbone answers")
     mode: str = "regenerate"
     threshold: float | None = Field(default=None, description="û above this is acted on (default "
-                                                              "score.refine_threshold)")
+                                                              "score.refine_threshold, else the answer's "
+                                                              "flag_threshold)")
 
 
 class RefineResult(_Record):
@@ -139,22 +148,24 @@ def _first_sentence(text: str) -> str:
     return text
 
 
-def check_refine(mode: str, threshold: float) -> None:
-    """Raise `InputError` (422) for a mode or threshold `refine` cannot take."""
+def check_refine(mode: str, threshold: float | None) -> None:
+    """Raise `InputError` (422) for a mode or threshold `refine` cannot take (None: the answer's own)."""
     if mode not in MODES:
         raise InputError(f"unknown refine mode {mode!r}; one of {', '.join(MODES)}")
-    if not 0.0 <= threshold <= 1.0:
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise InputError(f"the refine threshold is {threshold}; û lies in [0, 1]")
 
 
 def refine(uq, prompt: str, response: str | None = None, mode: str = "regenerate",
-           threshold: float | None = None) -> RefineResult:
-    """`SpanUQ.refine` (module docstring)."""
+           threshold: float | None = None, answer_source: str | None = None) -> RefineResult:
+    """`SpanUQ.refine` (module docstring); ``answer_source`` as in `SpanUQ.score`."""
     s = uq.cfg.score
     threshold = s.refine_threshold if threshold is None else float(threshold)
     check_refine(mode, threshold)
     uq.check(prompt, response)
-    before = uq.score(prompt, response)
+    before = uq.score(prompt, response, answer_source)
+    if threshold is None:  # the answer's likely-wrong threshold: act on what is shown as likely wrong
+        threshold = before.flag_threshold - 1e-9
     uncertain = [sp for sp in before.spans if sp.u > threshold]
     common = dict(prompt=prompt, mode=mode, threshold=threshold, answer_before=before.answer, before=before)
     if mode == "flag" or not uncertain:
@@ -216,6 +227,7 @@ def _regenerate(uq, before: ScoreResult, uncertain, common: dict) -> RefineResul
 
     s = uq.cfg.score
     chat = chat_prompt(uq.tok, before.prompt, uq.system_prompt)
+    margin = s.refine_margin if s.refine_margin is not None else uq.calibration.for_source(before.answer_source).margin
     current, answer = before, before.answer
     edits: list[tuple[int, int, str]] = []  # in the original answer's characters
     generations = scored = 0
@@ -236,15 +248,15 @@ def _regenerate(uq, before: ScoreResult, uncertain, common: dict) -> RefineResul
             if text != answer and text not in texts:
                 pieces.append(piece)
                 texts.append(text)
-        results = uq.score_many([{"prompt": before.prompt, "response": t} for t in texts],
-                                progress=False, return_errors=True) if texts else []
+        results = uq.score_many([{"prompt": before.prompt, "response": t, "answer_source": before.answer_source}
+                                 for t in texts], progress=False, return_errors=True) if texts else []
         scored += len(results)
-        best, best_u = None, region_u(current, start, end)
+        best, best_u = None, region_u(current, start, end) - margin
         for p, r in zip(pieces, results):
             if isinstance(r, Exception):
                 continue
             u = region_u(r, len(prefix), len(prefix) + len(p))
-            if u < best_u:
+            if u <= best_u:
                 best, best_u = (p, r), u
         if best is not None:
             p, current = best

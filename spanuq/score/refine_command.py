@@ -20,7 +20,8 @@ def add_refine_args(p: argparse.ArgumentParser) -> None:
                    help="flag: mark the spans above the threshold; drop: remove their sentences; regenerate: "
                         "re-sample each uncertain region and keep the candidate the probe finds most certain")
     p.add_argument("--u-threshold", type=float, default=None,
-                   help="act on spans whose û is above this (default: score.refine_threshold, 0.5)")
+                   help="act on spans whose û is above this (default: score.refine_threshold, else the answer's "
+                        "likely-wrong threshold)")
     p.add_argument("--json", action="store_true", help="print the RefineResult as JSON")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     add_model_args(p)

@@ -63,6 +63,8 @@ class ScoreResult(_Strict):
                                                       "trained length, more for longer answers (docs/score.md)")
     u_seq: float = Field(ge=0, le=1, description="û_seq, the answer-level score")
     validity_threshold: float
+    flag_threshold: float = Field(default=0.5, ge=0, le=1, description="a span with û at or above this is shown as "
+                                  "likely wrong: chosen on held-out answers of this answer's source for precision")
     spans: list[ScoredSpan]
     warnings: list[str] = Field(default_factory=list, description="what makes these scores less trustworthy than "
                                 "usual, e.g. an answer in a language the probe was not trained on (score.languages)")
@@ -88,6 +90,10 @@ class ScoreRequest(_Strict):
 
     prompt: str
     response: str | None = Field(default=None, description="an answer to score; omitted: the backbone answers")
+    answer_source: Literal["given", "generated"] | None = Field(
+        default=None, description="who wrote `response`: `given` (default: another model or a person) or "
+                                  "`generated` (this backbone, e.g. through a server that serves it); "
+                                  "û is calibrated for each (ignored without a response)")
 
 
 class BatchRequest(_Strict):

@@ -8,6 +8,7 @@
     uq = SpanUQ.load("shipped", overrides={"generate.stop": []})  # a setting other than the probe's (reported)
     r = uq.score("Who was Marie Curie?")                 # the backbone answers, then the probe scores
     r = uq.score("Who was Marie Curie?", response="…")   # any answer, one teacher-forced pass
+    r = uq.score("…", response="…", answer_source="generated")  # this backbone's answer, written elsewhere
     rs = uq.score_many([{"prompt": …, "response": …}, …])
 
 Which probe scores is `spanuq.score.source`; what it scores with (system prompt, decoding,
@@ -262,17 +263,21 @@ class SpanUQ:
         return [[c.text for c in row] for row in out]
 
     def refine(self, prompt: str, response: str | None = None, mode: str = "regenerate",
-               threshold: float | None = None):
-        """Act on the spans whose û is above ``threshold`` (``score.refine_threshold``): ``flag`` them,
-        ``drop`` their sentences, or ``regenerate`` them (`spanuq.score.refine`, docs/refine.md)."""
+               threshold: float | None = None, answer_source: str | None = None):
+        """Act on the spans whose û is above ``threshold`` (``score.refine_threshold``, else the answer's
+        likely-wrong threshold): ``flag`` them, ``drop`` their sentences, or ``regenerate`` them
+        (`spanuq.score.refine`, docs/refine.md); ``answer_source`` as in `score`."""
         from .refine import refine
 
-        return refine(self, prompt, response, mode, threshold)
+        return refine(self, prompt, response, mode, threshold, answer_source)
 
     # ---------------------------------------------------------------- scoring
-    def score(self, prompt: str, response: str | None = None) -> ScoreResult:
-        """Score ``response`` (any answer) or, without it, the backbone's own greedy answer."""
-        out = self.score_many([ScoreRequest(prompt=prompt, response=response)], progress=False, return_errors=True)[0]
+    def score(self, prompt: str, response: str | None = None, answer_source: str | None = None) -> ScoreResult:
+        """Score ``response`` (any answer) or, without it, the backbone's own greedy answer.
+        ``answer_source="generated"``: ``response`` is this backbone's own answer (generated elsewhere,
+        e.g. by a server that serves it), calibrated as one; default ``given``."""
+        out = self.score_many([ScoreRequest(prompt=prompt, response=response, answer_source=answer_source)],
+                              progress=False, return_errors=True)[0]
         if isinstance(out, Exception):
             raise out
         return out
@@ -324,6 +329,7 @@ class SpanUQ:
         else:
             self._check_context(item.n_prompt, 2 * self.window, "the response")  # room for chunks of it
             item.answer = r.response
+            item.source = r.answer_source or "given"
         item.ids, item.offsets = token_offsets(self.tok, item.answer)
         if captured is not None and captured.token_ids.tolist() == item.ids:
             item.states = captured
@@ -365,12 +371,18 @@ class SpanUQ:
                 item.states, item.backbone_s = f, share
 
     def _probe(self, items: list[Pending]) -> tuple[list[Prediction], float]:
-        """Step 3: the probe over every answer (windows of a long one); returns the predictions and each
-        item's share of the time."""
+        """Step 3: the probe over every answer (windows of a long one), each answer's û mapped by the
+        calibration of its source (the backbone's own answer or a given one, `Calibration.for_source`);
+        returns the predictions and each item's share of the time."""
         t0 = time.perf_counter()
-        preds = predict_windows(self.probe, [it.states for it in items], self.calibration,
-                                [self._answer(it) for it in items], window=self.window,
-                                batch_size=max(32, len(items)), device=next(self.probe.parameters()).device)
+        preds: list[Prediction | None] = [None] * len(items)
+        for source in sorted({it.source for it in items}):
+            idx = [k for k, it in enumerate(items) if it.source == source]
+            out = predict_windows(self.probe, [items[k].states for k in idx], self.calibration.for_source(source),
+                                  [self._answer(items[k]) for k in idx], window=self.window,
+                                  batch_size=max(32, len(idx)), device=next(self.probe.parameters()).device)
+            for k, p in zip(idx, out):
+                preds[k] = p
         return preds, (time.perf_counter() - t0) / len(items)
 
     def score_stream(self, prompt: str, *, every: int | None = None, at_clauses: bool | None = None,
@@ -398,6 +410,7 @@ class SpanUQ:
                            backbone=self.backbone_name, probe=self.probe_source, generator=item.generator,
                            n_tokens=len(item.ids), truncated=item.truncated, u_seq=float(pred.u_seq),
                            validity_threshold=self.threshold, spans=spans,
+                           flag_threshold=self.calibration.for_source(item.source).flag,
                            warnings=language_warnings(answer, self.cfg.score.languages),
                            windows=len(plan_windows(len(item.ids), self.window)),
                            timings=Timings(generate_s=None if item.generate_s is None else round(item.generate_s, 4),

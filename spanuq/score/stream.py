@@ -17,7 +17,8 @@ break) the answer so far is scored through `SpanUQ.score_many` with the captured
 same checks, post-processing and record as `score`.  A partial answer is scored on its
 longest prefix whose canonical tokens are the tokens read so far.  The last update scores the
 final answer (stop strings cut, stripped) the same way, so it equals
-``score(prompt, response=answer)``; if the final answer's canonical tokens differ from the
+``score_many([{"prompt": prompt, "response": answer, "answer_source": "generated"}])`` (the
+backbone's own answer, calibrated as one); if the final answer's canonical tokens differ from the
 generated ones, only the tokens from the first difference on are read again.
 """
 from __future__ import annotations
@@ -99,11 +100,11 @@ def _scorable(uq, cap: StateCapture, text: str) -> tuple[str, int]:
 
 def _score(uq, prompt: str, answer: str, cap: StateCapture, n: int, generator: str) -> ScoreResult:
     """The answer so far scored as `score` scores it, said to be the backbone's (``generator``'s)."""
-    out = uq.score_many([ScoreRequest(prompt=prompt, response=answer)], progress=False, return_errors=True,
-                        states=[cap.item(n)])[0]
+    out = uq.score_many([ScoreRequest(prompt=prompt, response=answer, answer_source="generated")], progress=False,
+                        return_errors=True, states=[cap.item(n)])[0]
     if isinstance(out, Exception):
         raise out
-    return out.model_copy(update={"answer_source": "generated", "generator": generator})
+    return out.model_copy(update={"generator": generator})
 
 
 def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, generator: str | None = None,

@@ -3,7 +3,10 @@
 `spanuq serve` (its fragments come from `POST /render`) and the evaluate stage's PNG.
 
 A span is anything with character offsets and a score: ``(char_start, char_end, u)``.
-Colour runs from green (u = 0, confident) through amber to red (u = 1, likely wrong).
+Colour runs from green (u = 0, confident) through amber to red (u = 1, likely wrong); with a
+result's *flag threshold* (the calibrated û from which its spans are shown as likely wrong,
+chosen on held-out answers for precision) the scale bends so that amber sits at the threshold:
+only a span at or above it is drawn red (`shade`). The spans are listed most doubtful first.
 
 The probe may keep two spans that overlap or nest ('Nobel Prize' and 'Prize in Chemistry':
 their overlap is below the duplicate threshold), each with its own û.  Every view keeps them
@@ -70,11 +73,23 @@ def colour(u: float) -> tuple[int, int, int]:
     return int(240 + t * (211 - 240)), int(173 - t * (173 - 47)), int(78 - t * (78 - 47))
 
 
+def position(u: float, flag: float = 0.5) -> float:
+    """Where û sits on the colour scale when amber marks ``flag``: [0, flag) → [0, 0.5), [flag, 1] → [0.5, 1]."""
+    u, flag = min(1.0, max(0.0, u)), min(0.999, max(0.001, flag))
+    return 0.5 * u / flag if u < flag else 0.5 + 0.5 * (u - flag) / (1.0 - flag)
+
+
+def shade(u: float, flag: float = 0.5) -> tuple[int, int, int]:
+    """The colour of û on a scale whose amber is the flag threshold (red: likely wrong)."""
+    return colour(position(u, flag))
+
+
 def _rgb(u: float) -> str:
     return ";".join(map(str, colour(u)))
 
 
-def _marks(spans: Sequence[Span], track: list[int], colour_on: bool, every: bool) -> dict[int, list[str]]:
+def _marks(spans: Sequence[Span], track: list[int], colour_on: bool, every: bool,
+           flag: float = 0.5) -> dict[int, list[str]]:
     """The brackets inserted before character i: closing ones (inner first), then opening ones.
     ``every``: bracket track-0 spans too (the plain view); otherwise only the later tracks."""
     closing: dict[int, list[tuple[int, str]]] = {}
@@ -84,7 +99,7 @@ def _marks(spans: Sequence[Span], track: list[int], colour_on: bool, every: bool
             continue
         left, right = _brackets(track[k])
         if colour_on:
-            left, right = (f"\x1b[1m\x1b[38;2;{_rgb(u)}m{c}\x1b[0m" for c in (left, right))
+            left, right = (f"\x1b[1m\x1b[38;2;{_rgb(position(u, flag))}m{c}\x1b[0m" for c in (left, right))
         closing.setdefault(end, []).append((track[k], right))
         opening.setdefault(start, []).append((track[k], left))
     out: dict[int, list[str]] = {}
@@ -94,12 +109,13 @@ def _marks(spans: Sequence[Span], track: list[int], colour_on: bool, every: bool
     return out
 
 
-def to_terminal(text: str, spans: Sequence[Span], colour_on: bool = True) -> str:
-    """The answer with its spans marked.  Colour: track 0 on its ANSI 24-bit background colour, later
-    tracks underlined in their colour (SGR 58) inside their brackets.  Plain: every span in brackets."""
+def to_terminal(text: str, spans: Sequence[Span], colour_on: bool = True, flag: float = 0.5) -> str:
+    """The answer with its spans marked.  Colour (amber at ``flag``, `shade`): track 0 on its ANSI
+    24-bit background colour, later tracks underlined in their colour (SGR 58) inside their
+    brackets.  Plain: every span in brackets."""
     spans = list(spans)
     track = tracks(spans)
-    marks = _marks(spans, track, colour_on, every=not colour_on)
+    marks = _marks(spans, track, colour_on, not colour_on, flag)
     out: list[str] = []
     for a, b, ks in _covered_runs(text, spans):
         out.extend(marks.get(a, []))
@@ -110,19 +126,20 @@ def to_terminal(text: str, spans: Sequence[Span], colour_on: bool = True) -> str
         style = ""
         first = [k for k in ks if track[k] == 0]
         if first:
-            style += f"\x1b[48;2;{_rgb(spans[first[0]][2])}m\x1b[38;2;0;0;0m"
+            style += f"\x1b[48;2;{_rgb(position(spans[first[0]][2], flag))}m\x1b[38;2;0;0;0m"
         later = [k for k in ks if track[k] > 0]
         if later:
-            style += f"\x1b[4m\x1b[58;2;{_rgb(max(spans[k][2] for k in later))}m"
+            style += f"\x1b[4m\x1b[58;2;{_rgb(position(max(spans[k][2] for k in later), flag))}m"
         out.append(f"{style}{chunk}\x1b[0m")
     out.extend(marks.get(len(text), []))
     return "".join(out)
 
 
-def to_html(text: str, spans: Sequence[Span], title: str | None = None) -> str:
+def to_html(text: str, spans: Sequence[Span], title: str | None = None, flag: float = 0.5) -> str:
     """An HTML fragment; hover a span for its score.  Each highlighted run carries ``data-spans``
     (the indices of the spans covering it) and ``data-u`` (their scores); a track-0 span is its
-    background, a later-track span a 3px underline in its colour (``border-bottom``, then ``border-top``)."""
+    background, a later-track span a 3px underline in its colour (``border-bottom``, then ``border-top``);
+    colours have amber at ``flag`` (`shade`)."""
     spans = list(spans)
     track = tracks(spans)
     parts = []
@@ -133,7 +150,7 @@ def to_html(text: str, spans: Sequence[Span], title: str | None = None) -> str:
             continue
         style = []
         for k in ks:
-            r, g, bl = colour(spans[k][2])
+            r, g, bl = shade(spans[k][2], flag)
             if track[k] == 0:
                 style.append(f"background:rgba({r},{g},{bl},0.55)")
             else:
@@ -149,8 +166,18 @@ def to_html(text: str, spans: Sequence[Span], title: str | None = None) -> str:
 
 
 # ------------------------------------------------------------------ views of a ScoreResult
-LEGEND = "û: 0 = the model would say this again, 1 = likely wrong"
+LEGEND = "û: 0 = the model would say this again, 1 = likely wrong"  # the scale's ends, any source
+MEANING = {  # what û means, per answer source, in one line
+    "generated": "û = chance the backbone would not say this again (its own answer)",
+    "given": "û = chance this fact is wrong (an answer the backbone did not write; calibrated on planted errors)",
+}
 HOW_TO_CHOOSE = "choose with --model shipped | DIR | models:/spanuq-<backbone>@champion"
+
+
+def legend(result) -> str:
+    """One line: what û means for this answer's source, and from where a span is shown as likely wrong."""
+    return (f"{MEANING.get(result.answer_source, LEGEND)}; red = likely wrong, from û ≥ {result.flag_threshold:.2f} "
+            "(chosen on held-out answers so that most red spans are wrong)")
 
 
 def result_spans(result) -> list[Span]:
@@ -158,10 +185,15 @@ def result_spans(result) -> list[Span]:
     return [(s.start, s.end, s.u) for s in result.spans]
 
 
-def _chip(u: float, colour_on: bool) -> str:
+def ranked(result) -> list:
+    """The result's spans, most doubtful first (ties: in reading order)."""
+    return sorted(result.spans, key=lambda s: (-s.u, s.start))
+
+
+def _chip(u: float, colour_on: bool, flag: float = 0.5) -> str:
     if not colour_on:
         return f"{u:.2f}"
-    r, g, b = colour(u)
+    r, g, b = shade(u, flag)
     return f"\x1b[48;2;{r};{g};{b}m\x1b[38;2;0;0;0m {u:.2f} \x1b[0m"
 
 
@@ -169,17 +201,20 @@ def terminal_view(result, colour_on: bool = True) -> str:
     """The answer with its spans coloured by û, a legend, then one line per span.
     ``colour_on=False``: plain text (spans marked ``[like this]``), for pipes and NO_COLOR."""
     spans = result_spans(result)
-    body = to_terminal(result.answer, spans, colour_on)
+    flag = result.flag_threshold
+    body = to_terminal(result.answer, spans, colour_on, flag)
     if colour_on:
         bar = "".join(f"\x1b[48;2;{_rgb(k / 19)}m \x1b[0m" for k in range(20))
-        legend = f"0 {bar} 1   {LEGEND}"
+        key = f"0 {bar} 1   {legend(result)}"
     else:
-        legend = LEGEND
-    lines = [body, "", legend, f"answer score û_seq = {result.u_seq:.2f}   "
-             f"{len(spans)} span{'s' * (len(spans) != 1)}   {result.n_tokens} tokens"
-             + ("   (stopped at max_new_tokens)" if result.truncated else "")]
-    for s in result.spans:
-        lines.append(f"  {_chip(s.u, colour_on)}  {s.text!r}  chars {s.start}-{s.end}  ν {s.nu:.1f}")
+        key = legend(result)
+    flagged = sum(s.u >= flag for s in result.spans)
+    lines = [body, "", key, f"answer score û_seq = {result.u_seq:.2f}   "
+             f"{len(spans)} span{'s' * (len(spans) != 1)}, {flagged} likely wrong   {result.n_tokens} tokens"
+             + ("   (stopped at max_new_tokens)" if result.truncated else ""), "most doubtful first:"]
+    for s in ranked(result):
+        mark = "  likely wrong" if s.u >= flag else ""
+        lines.append(f"  {_chip(s.u, colour_on, flag)}  {s.text!r}  chars {s.start}-{s.end}  ν {s.nu:.1f}{mark}")
     lines += [f"warning: {w}" for w in result.warnings]
     if result.probe:
         lines.append(probe_line(result.probe))
@@ -210,27 +245,33 @@ class LiveTerminal:
 
 def stream_line(update) -> str:
     """One plain line per streamed update (piped output): tokens so far, spans, û_seq, the answer with [spans]."""
-    body = terminal_view(update.result, colour_on=False).split("\n\n" + LEGEND)[0].replace("\n", " ")
+    body = terminal_view(update.result, colour_on=False).split("\n\n" + legend(update.result))[0].replace("\n", " ")
     return (f"[{update.n_generated:>3} tokens, {len(update.result.spans)} spans, û_seq {update.result.u_seq:.2f}"
             f"{', done' if update.done else ''}] {body}")
 
 
 def fragment(result) -> str:
-    """The HTML of one scored answer: highlighted text, û_seq, and a list of the spans
-    (``li.uq-item`` with ``data-i``, ``data-u``, ``data-start``, ``data-end``)."""
+    """The HTML of one scored answer: highlighted text, û_seq, the legend, and the spans most doubtful
+    first (``li.uq-item`` with ``data-i`` — the span's index in ``result.spans`` —, ``data-u``,
+    ``data-likely-wrong``, ``data-start``, ``data-end``)."""
+    flag = result.flag_threshold
+    index = {id(s): k for k, s in enumerate(result.spans)}
     items = "".join(
-        f'<li class="uq-item" data-i="{k}" data-u="{s.u:.4f}" data-start="{s.start}" data-end="{s.end}">'
-        f'<b style="background:rgba({",".join(map(str, colour(s.u)))},0.55)">{s.u:.2f}</b> '
-        f'{html.escape(s.text)} <small>(ν {s.nu:.1f}, validity {s.validity:.2f})</small></li>'
-        for k, s in enumerate(result.spans))
+        f'<li class="uq-item" data-i="{index[id(s)]}" data-u="{s.u:.4f}" data-likely-wrong="{str(s.u >= flag).lower()}" '
+        f'data-start="{s.start}" data-end="{s.end}">'
+        f'<b style="background:rgba({",".join(map(str, shade(s.u, flag)))},0.55)">{s.u:.2f}</b> '
+        f'{html.escape(s.text)}{" <em>likely wrong</em>" if s.u >= flag else ""} '
+        f'<small>(ν {s.nu:.1f}, validity {s.validity:.2f})</small></li>'
+        for s in ranked(result))
     t = result.timings
     meta = (f"answer score û<sub>seq</sub> = <b class=\"useq\">{result.u_seq:.2f}</b> · {len(result.spans)} spans · "
             f"{result.n_tokens} tokens · backbone {t.backbone_s:.2f} s, probe {t.probe_s:.3f} s"
             + (f", generation {t.generate_s:.2f} s" if t.generate_s is not None else ""))
     warnings = "".join(f'<p class="uq-warning" role="alert">warning: {html.escape(w)}</p>' for w in result.warnings)
     probe = f'<p class="meta uq-probe">{html.escape(probe_line(result.probe))}</p>' if result.probe else ""
-    return (f'<section class="spanuq-result">{warnings}{to_html(result.answer, result_spans(result))}'
-            f'<p class="meta">{meta}</p><ol class="uq-list">{items}</ol>{probe}</section>')
+    key = f'<p class="meta uq-legend">{html.escape(legend(result))}</p>'
+    return (f'<section class="spanuq-result">{warnings}{to_html(result.answer, result_spans(result), flag=flag)}'
+            f'<p class="meta">{meta}</p>{key}<ol class="uq-list">{items}</ol>{probe}</section>')
 
 
 def html_page(result) -> str:
@@ -239,7 +280,7 @@ def html_page(result) -> str:
             "<style>body{font-family:sans-serif;margin:2em;max-width:50em}.prompt{color:#444}"
             "ol.uq-list{line-height:1.8}</style></head><body>"
             f"<p class=\"prompt\"><b>Prompt:</b> {html.escape(result.prompt)}</p>{fragment(result)}"
-            f"<p><small>{html.escape(LEGEND)}; hover a span for its score.</small></p></body></html>")
+            "<p><small>Hover a span for its score.</small></p></body></html>")
 
 
 def wrap(text: str, width: int) -> list[tuple[int, int]]:

@@ -31,7 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import Config, scoring_settings
-from ..metrics.ece import fit_platt, fit_temperature, flag_threshold
+from ..metrics.ece import fit_platt, fit_temperature, flag_threshold, pair_margin
 from ..metrics.uq import metric_value, to_numpy
 from ..evaluate.scoring import all_span_scores, evaluate_predictions
 from ..features.dataset import ResponseExample, answers, collate, input_stats, load_examples, training_examples
@@ -181,12 +181,23 @@ def calibrate_given(model, given: list[ResponseExample], calibration: Calibratio
     mapped = replace(calibration, temperature=t, bias=b, given=None)
     flag, flag_info = flag_threshold(y, mapped.scores(s), ec.flag_precision, ec.positive_threshold)
     fitted = {"temperature": t, "bias": b, "flag": flag}
+    pairs = slot_pairs(given, [mapped.scores(x) for x in raw])
+    margin_info = None
+    if pairs:
+        fitted["margin"], margin_info = pair_margin(*zip(*pairs), confidence=ec.flag_precision)
     tau, unknown_info = unknown_threshold(preds, given, ec.flag_precision)
     if tau is not None:
         fitted["unknown_entropy"] = tau
     return (replace(calibration, given=fitted),
             {"used": True, "answers": len(given), "spans": int(len(y)), **fitted, "flag_dev": flag_info,
-             "unknown_dev": unknown_info})
+             "margin_dev": margin_info, "unknown_dev": unknown_info})
+
+
+def slot_pairs(given: list[ResponseExample], scores: list[np.ndarray]) -> list[tuple[float, float]]:
+    """(û of the right slot, û of the wrong slot) of each templated twin pair of the given dev answers
+    (``<prompt>@given-t<k>r`` / ``t<k>w``), from per-answer span scores aligned with ``given``."""
+    slot = {e.prompt_id: float(s[e.meta["slot"]]) for e, s in zip(given, scores) if "slot" in e.meta}
+    return [(slot[k], slot[k[:-1] + "w"]) for k in slot if k.endswith("r") and "@given-t" in k and k[:-1] + "w" in slot]
 
 
 def unknown_threshold(preds, given: list[ResponseExample], precision: float) -> tuple[float | None, dict]:
