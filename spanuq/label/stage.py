@@ -41,7 +41,8 @@ from .truth import plot_truth, truth_check
 log = logging.getLogger(__name__)
 
 # label params that do not change a label (connection and speed settings)
-_NOT_IN_KEY = {"device", "sample_answers"}  # sample_answers: which answers are labelled, not how
+# which answers are labelled, not how: sample answers, and the given answers made from the labels
+_NOT_IN_KEY = {"device", "sample_answers", "given_swaps", "given_templates"}
 _JUDGE_NOT_IN_KEY = {"base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s", "concurrency"}
 
 
