@@ -99,3 +99,16 @@ def load(probe_dir: Path, guarantee: str, alpha: float, delta: float | None = No
                      for e in doc.get("thresholds", []))
     raise KeyError(f"{path} has no {guarantee} threshold for α={alpha}" + (f", δ={delta}" if delta else "")
                    + f" (it has: {have or 'none'}); fit it with {how}")
+
+
+def decide(g: Guarantee, spans_u: list[float], u_seq: float | None, scored: bool) -> dict:
+    """What the guarantee says about one scored answer: the spans above the threshold (to flag or
+    drop) and whether the whole answer is held back (``abstain``).  A claim the probe drew no span
+    over is judged by û_seq (the calibration scores it so), so when û_seq is above the threshold
+    the text outside the spans is not covered and nothing of the answer is kept; an answer that
+    could not be judged (status unverified) is never kept under a guarantee."""
+    thr = g.threshold
+    flagged = [i for i, u in enumerate(spans_u) if thr is None or u > thr]
+    abstain = not scored or u_seq is None or thr is None or u_seq > thr
+    return {"guarantee": g.guarantee, "alpha": g.alpha, "delta": g.delta, "threshold": thr, "flagged": flagged,
+            "abstain": abstain, "statement": g.statement()}
