@@ -10,6 +10,10 @@
     spanuq serve                          # HTTP API + web page on 127.0.0.1:8000
     spanuq registry import-shipped        # the shipped probe as a version of spanuq-<backbone> (MLflow)
     spanuq bench mushroom --split val     # human span labels (Mu-SHROOM), beside the controls
+
+Each subcommand is a parser (`_parser`) and a handler (`HANDLERS`: ``(args, cfg) -> exit code``);
+`main` parses, loads the config and runs the handler, turning the errors a user can fix into
+one line on stderr (exit code 2).
 """
 from __future__ import annotations
 
@@ -36,107 +40,143 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
-def _config(args):
-    from .config import load_config
+def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help)
+    _add_config_args(p)
+    return p
 
-    return load_config(args.params, args.override, args.preset)
 
-
-def main(argv: list[str] | None = None) -> int:
-    _quiet_env()
-    ap = argparse.ArgumentParser(prog="spanuq", description="Span-level uncertainty for LLM answers.")
-    ap.add_argument("-v", "--verbose", action="store_true")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+def _pipeline_commands(sub) -> None:
     for name in STAGES:
-        _add_config_args(sub.add_parser(name, help=f"run the {name} stage"))
-    sp = sub.add_parser("config", help="print the resolved config as JSON")
-    _add_config_args(sp)
-    sp = sub.add_parser("probe-layers", help="single-layer MLP probes per layer (oracle spans): AUROC per layer")
-    _add_config_args(sp)
+        _command(sub, name, f"run the {name} stage")
+    _command(sub, "config", "print the resolved config as JSON")
+    sp = _command(sub, "probe-layers", "single-layer MLP probes per layer (oracle spans): AUROC per layer")
     sp.add_argument("--layers", default=None, help="comma-separated layer indices (default: every 2nd layer)")
     sp.add_argument("--out", default=None, help="output folder (default: data/<backbone>/layer_probe)")
-    sp = sub.add_parser("ablate", help="train every params.yaml `ablate.rows` switch set on one split: one table")
-    _add_config_args(sp)
+    sp = _command(sub, "ablate", "train every params.yaml `ablate.rows` switch set on one split: one table")
     sp.add_argument("--rows", default=None, help="comma-separated row names (default: all)")
     sp.add_argument("--out", default=None, help="output folder (default: data/<backbone>/ablation)")
-    sp = sub.add_parser("llama-server", help="serve the backbone's shipped GGUF (llama.cpp, OpenAI-compatible)")
-    _add_config_args(sp)
-    sp.add_argument("--host", default="127.0.0.1")
-    sp.add_argument("--port", type=int, default=8080)
-    from .score.commands import add_score_args, add_serve_args
-
-    sp = sub.add_parser("score", help="score an answer: spans likely wrong, with calibrated uncertainty")
-    _add_config_args(sp)
-    add_score_args(sp)
-    from .score.refine_command import add_refine_args
-
-    sp = sub.add_parser("refine", help="act on uncertain spans: flag, drop or regenerate them (before/after û)")
-    _add_config_args(sp)
-    add_refine_args(sp)
-    sp = sub.add_parser("serve", help="HTTP service (POST /score) and web page")
-    _add_config_args(sp)
-    add_serve_args(sp)
-    sp = sub.add_parser("registry", help="the MLflow model registry: `spanuq registry import-shipped`")
-    _add_config_args(sp)
+    sp = _command(sub, "registry", "the MLflow model registry: `spanuq registry import-shipped`")
     sp.add_argument("action", choices=["import-shipped"],
                     help="import-shipped: register the probe shipped with spanuq as a version of spanuq-<backbone>")
     from .bench.cli import add_bench_args
 
     add_bench_args(sub.add_parser("bench", help="benchmarks on human labels: `spanuq bench mushroom`"),
                    _add_config_args)
-    args = ap.parse_args(argv)
+
+
+def _product_commands(sub) -> None:
+    from .score.commands import add_score_args, add_serve_args
+    from .score.refine_command import add_refine_args
+
+    add_score_args(_command(sub, "score", "score an answer: spans likely wrong, with calibrated uncertainty"))
+    add_refine_args(_command(sub, "refine", "act on uncertain spans: flag, drop or regenerate them (before/after û)"))
+    add_serve_args(_command(sub, "serve", "HTTP service (POST /score) and web page"))
+    sp = _command(sub, "llama-server", "serve the backbone's shipped GGUF (llama.cpp, OpenAI-compatible)")
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=int, default=8080)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="spanuq", description="Span-level uncertainty for LLM answers.")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    _product_commands(sub)
+    _pipeline_commands(sub)
+    return ap
+
+
+# ------------------------------------------------------------------ handlers: (args, cfg) -> exit code
+def _stage(args, cfg) -> int:
+    from .stages import run_stage
+
+    print(f"{args.cmd}: wrote {run_stage(args.cmd, cfg, progress=not args.no_progress)}")
+    return 0
+
+
+def _config(args, cfg) -> int:
+    print(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    return 0
+
+
+def _probe_layers(args, cfg) -> int:
+    from .baselines.layer_probe import run_layer_probe
+
+    layers = [int(x) for x in args.layers.split(",")] if args.layers else None
+    run_layer_probe(cfg, layers=layers, out_dir=args.out, progress=not args.no_progress)
+    return 0
+
+
+def _ablate(args, cfg) -> int:
+    from .train.ablate import run_ablation
+
+    out = run_ablation(cfg, progress=not args.no_progress, out_dir=args.out,
+                       only=args.rows.split(",") if args.rows else None)
+    print(f"ablate: wrote {out}")
+    return 0
+
+
+def _registry(args, cfg) -> int:
+    from .score.shipped import import_shipped
+
+    print(json.dumps(import_shipped(cfg), indent=2))
+    return 0
+
+
+def _bench(args, cfg) -> int:
+    from .bench.cli import run_bench
+
+    return run_bench(args, cfg)
+
+
+def _score(args, cfg) -> int:
+    from .score.commands import run_score
+
+    return run_score(args, cfg)
+
+
+def _refine(args, cfg) -> int:
+    from .score.refine_command import run_refine
+
+    return run_refine(args, cfg)
+
+
+def _serve(args, cfg) -> int:
+    from .score.commands import run_serve
+
+    return run_serve(args, cfg)
+
+
+def _llama_server(args, cfg) -> int:
+    import time
+
+    from .llm.llamacpp import LlamaCppServer
+    from .llm.loading import gguf_path
+    from .llm.presets import get_preset
+
+    with LlamaCppServer(gguf_path(get_preset(cfg.backbone.name)), port=args.port, host=args.host) as srv:
+        print(f"serving {cfg.backbone.name} at {srv.base_url} (it completed a test chat prompt; "
+              f"log: {srv.log_path}; Ctrl-C to stop)", flush=True)
+        while srv.alive():
+            time.sleep(1)
+        srv.raise_if_dead()
+    return 0
+
+
+HANDLERS = {**{name: _stage for name in STAGES}, "config": _config, "probe-layers": _probe_layers,
+            "ablate": _ablate, "registry": _registry, "bench": _bench, "score": _score, "refine": _refine,
+            "serve": _serve, "llama-server": _llama_server}
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_env()
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        cfg = _config(args)
-        if args.cmd in STAGES:
-            from .stages import run_stage
+        from .config import load_config
 
-            out = run_stage(args.cmd, cfg, progress=not args.no_progress)
-            print(f"{args.cmd}: wrote {out}")
-        elif args.cmd == "config":
-            print(json.dumps(cfg.model_dump(mode="json"), indent=2))
-        elif args.cmd == "probe-layers":
-            from .baselines.layer_probe import run_layer_probe
-
-            layers = [int(x) for x in args.layers.split(",")] if args.layers else None
-            run_layer_probe(cfg, layers=layers, out_dir=args.out, progress=not args.no_progress)
-        elif args.cmd == "ablate":
-            from .train.ablate import run_ablation
-
-            out = run_ablation(cfg, progress=not args.no_progress, out_dir=args.out,
-                               only=args.rows.split(",") if args.rows else None)
-            print(f"ablate: wrote {out}")
-
-        elif args.cmd == "bench":
-            from .bench.cli import run_bench
-
-            return run_bench(args, cfg)
-        elif args.cmd == "registry":
-            from .score.shipped import import_shipped
-
-            print(json.dumps(import_shipped(cfg), indent=2))
-        elif args.cmd == "refine":
-            from .score.refine_command import run_refine
-
-            return run_refine(args, cfg)
-        elif args.cmd in ("score", "serve"):
-            from .score.commands import run_score, run_serve
-
-            return (run_score if args.cmd == "score" else run_serve)(args, cfg)
-        elif args.cmd == "llama-server":
-            import time
-
-            from .llm.llamacpp import LlamaCppServer
-            from .llm.loading import gguf_path
-            from .llm.presets import get_preset
-
-            with LlamaCppServer(gguf_path(get_preset(cfg.backbone.name)), port=args.port, host=args.host) as srv:
-                print(f"serving {cfg.backbone.name} at {srv.base_url} (it completed a test chat prompt; "
-                      f"log: {srv.log_path}; Ctrl-C to stop)", flush=True)
-                while srv.alive():
-                    time.sleep(1)
-                srv.raise_if_dead()
+        return HANDLERS[args.cmd](args, load_config(args.params, args.override, args.preset))
     except KeyboardInterrupt:
         return 130
     except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
@@ -144,7 +184,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"spanuq {args.cmd}: error: {e}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

@@ -3,6 +3,11 @@
 Every stage, the CLI and the Prefect flows read the same object.  Overrides use
 dotted keys (``generate.n_samples=3``), the same syntax as ``dvc exp run -S``.
 Unknown keys are an error, so a typo in ``params.yaml`` never goes unnoticed.
+
+The defaults here are what the library needs with no params file: scoring with the shipped
+probe (`spanuq score` in any folder) and a small CPU pipeline.  ``params.yaml`` configures the
+pipeline; what a trained probe must be scored with travels in its checkpoint
+(`SCORING_KEYS`, `scoring_settings`; `spanuq.score.settings` applies them).
 """
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ class BackboneConfig(_Section):
     layers: list[int] | None = None  # None: the preset's layers
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "auto"  # auto | cpu | cuda | cuda:0 ...
-    system_prompt: str | None = None  # None: the chat template's default
+    # short answers that end on their own within the token budget; None: the chat template's default
+    system_prompt: str | None = "You are a helpful assistant. Answer factually in two or three sentences."
 
 
 class HubDatasetConfig(_Section):
@@ -128,12 +134,12 @@ class GenerateConfig(_Section):
 
     backend: Literal["auto", "hf", "llamacpp", "server", "vllm"] = "hf"
     n_samples: int = 5
-    max_new_tokens: int = 64  # the greedy answer's budget: large enough that answers end on their own
+    max_new_tokens: int = 128  # the greedy answer's budget: large enough that answers end on their own
     # the samples' budget (None: max_new_tokens).  A sample cut off by it abstains on the claims it
     # never reached (label stage), so a smaller budget costs votes on late claims, never wrong labels.
     sample_max_new_tokens: int | None = None
-    stop: list[str] = Field(default_factory=list)  # stop strings, e.g. ["\n\n"]: one paragraph per answer
-    temperature: float = 1.0
+    stop: list[str] = Field(default_factory=lambda: ["\n\n"])  # stop strings: one paragraph per answer
+    temperature: float = 0.7
     top_p: float = 0.95
     seed: int = 0
     batch_size: int = 16
@@ -361,6 +367,9 @@ class ScoreConfig(_Section):
     host: str = "127.0.0.1"
     port: int = 8000
     max_body_bytes: int = 512 * 1024
+    # seconds a request's whole body may take to arrive (a body shorter than its Content-Length, or one that
+    # trickles in, would otherwise hold a connection open): 408 after it
+    body_timeout_s: float = Field(default=30.0, gt=0)
     max_batch_items: int = 32  # items in one POST /score/batch
     max_queue: int = 256  # queued requests before 503
     micro_batch: int = 8  # queued requests scored together by the worker
@@ -457,8 +466,43 @@ class Config(_Section):
         return self
 
 
+# What a trained probe must be scored with: the system prompt and decoding its answers were
+# generated with, the backbone's precision and that of the states it read, its answers' length
+# (the window longer ones are read in) and language.  The train stage writes them into the
+# checkpoint (`scoring_settings`); `SpanUQ.load` applies them (spanuq/score/settings.py).
+SCORING_KEYS = ("backbone.system_prompt", "backbone.dtype", "extract.dtype", "generate.stop", "generate.temperature",
+                "generate.top_p", "score.max_new_tokens", "score.window_tokens", "score.languages")
+
+
+def get_dotted(cfg: "Config", key: str) -> Any:
+    """``cfg.generate.stop`` for ``key = "generate.stop"``."""
+    node: Any = cfg
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def scoring_settings(cfg: "Config") -> dict[str, Any]:
+    """The `SCORING_KEYS` of a pipeline run, as its probe must be scored: the answers' budget is the
+    generation budget and the window the answers' length (`spanuq.score.windows`)."""
+    out = {k: get_dotted(cfg, k) for k in SCORING_KEYS}
+    out["score.max_new_tokens"] = out["score.window_tokens"] = cfg.generate.max_new_tokens
+    return out
+
+
 def _parse_value(text: str) -> Any:
     return yaml.safe_load(text) if text != "" else ""
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """``["generate.stop=[]", ...]`` → ``{"generate.stop": []}`` (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ValueError(f"override must look like key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = _parse_value(v.strip())
+    return out
 
 
 def set_dotted(tree: dict, key: str, value: Any) -> None:
@@ -508,11 +552,8 @@ def load_config(
         tree = yaml.safe_load(Path(path).read_text()) or {}
     elif path is not None and str(path) != "params.yaml":
         raise FileNotFoundError(f"config file not found: {path}")
-    for item in overrides or []:
-        if "=" not in item:
-            raise ValueError(f"override must look like key=value, got {item!r}")
-        k, v = item.split("=", 1)
-        set_dotted(tree, k.strip(), _parse_value(v.strip()))
+    for k, v in parse_overrides(overrides).items():
+        set_dotted(tree, k, v)
     name = preset or tree.get("preset")
     presets = tree.get("presets", {}) or {}
     if name and name != "cpu-default":
@@ -520,9 +561,8 @@ def load_config(
             raise ValueError(f"unknown preset {name!r}; params.yaml defines {sorted(presets)}")
         merged = _deep_merge({k: v for k, v in tree.items() if k != "presets"}, presets[name])
         # explicit overrides win over the preset
-        for item in overrides or []:
-            k, v = item.split("=", 1)
-            set_dotted(merged, k.strip(), _parse_value(v.strip()))
+        for k, v in parse_overrides(overrides).items():
+            set_dotted(merged, k, v)
         merged["presets"] = presets
         merged["preset"] = name
         tree = merged

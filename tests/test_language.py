@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from spanuq.data.language import guess_language, language_name, other_language
+from spanuq.data.language import guess_language, language_name, language_warnings, other_language
 from spanuq.data.prompts import prompts_report
 from spanuq.config import PromptsConfig
 from spanuq.pipeline.records import Prompt
@@ -25,7 +25,18 @@ ENGLISH = [
 def test_an_answer_in_another_language_is_named(code, text):
     guess = other_language(text)
     assert guess is not None and guess.p_expected < 0.001
-    assert guess.name.startswith(language_name(code))  # zh comes out as "Chinese (Wu)"
+    assert guess.name == language_name(code) and guess.code == code
+
+
+@pytest.mark.parametrize("text", ["玛丽·居里（1867年—1934年）是波兰裔法国籍物理学家、化学家。",
+                                  "居里夫人在1903年获得诺贝尔物理学奖，1911年获得诺贝尔化学奖。"])
+def test_mandarin_is_named_chinese_not_one_of_its_varieties(text):
+    """The identifier's Chinese varieties (Wu, Cantonese) count as Chinese (languages.tsv's macrolanguage
+    column): standard written Chinese that it puts nearer Wu is reported as Chinese (zh)."""
+    guess = other_language(text)
+    assert (guess.code, guess.name) == ("zh", "Chinese")
+    assert "looks like Chinese (zh), not English" in language_warnings(text, ["en"])[0]
+    assert other_language(text, expected=("en", "zh")) is None  # and Chinese allowed means all of it
 
 
 @pytest.mark.parametrize("text", ENGLISH)

@@ -26,3 +26,65 @@ def test_overlapping_spans_keep_their_own_indices_and_scores_in_the_html():
     html = to_html(TEXT, [(0, 20, 0.2), (9, 36, 0.8)])
     assert 'data-spans="0" data-u="0.2000"' in html and 'data-spans="1" data-u="0.8000"' in html
     assert 'data-spans="0 1" data-u="0.2000 0.8000" title="u = 0.20; u = 0.80"' in html  # "is the" is in both
+
+
+# Overlapping and nested kept spans (the probe keeps both when their IoU is below the duplicate
+# threshold): every view keeps them apart, so a reader sees two spans, each with its own score.
+NOBEL = "She won the Nobel Prize in Chemistry in 1911."
+OVERLAP = [(12, 23, 0.3), (18, 36, 0.8)]  # 'Nobel Prize', 'Prize in Chemistry'
+
+
+def test_overlapping_spans_go_on_separate_tracks_and_disjoint_ones_share_the_first():
+    from spanuq.score.views import tracks
+
+    assert tracks(OVERLAP) == [0, 1]
+    assert tracks([(0, 36, 0.5), (12, 23, 0.1), (40, 44, 0.2)]) == [0, 1, 0]  # nested, then a disjoint one
+    assert tracks([(0, 5, 0.1), (5, 9, 0.2)]) == [0, 0]  # touching is not overlapping
+
+
+def test_the_plain_terminal_view_brackets_each_overlapping_span_on_its_own():
+    assert to_terminal(NOBEL, OVERLAP, colour_on=False) == "She won the [Nobel {Prize] in Chemistry} in 1911."
+    nested = to_terminal(NOBEL, [(12, 36, 0.5), (18, 23, 0.9)], colour_on=False)
+    assert nested == "She won the [Nobel {Prize} in Chemistry] in 1911."
+    assert to_terminal(NOBEL, [(12, 17, 0.5), (18, 23, 0.5)], colour_on=False) == "She won the [Nobel] [Prize] in Chemistry in 1911."
+
+
+def test_the_coloured_terminal_view_underlines_the_second_span_inside_its_own_braces():
+    from spanuq.score.views import ANSI
+
+    out = to_terminal(NOBEL, OVERLAP)
+    assert ANSI.sub("", out) == "She won the Nobel {Prize in Chemistry} in 1911."
+    r, g, b = colour(0.8)
+    assert f"\x1b[4m\x1b[58;2;{r};{g};{b}m" in out  # the second span: underlined in its own colour
+    r, g, b = colour(0.3)
+    assert out.count(f"\x1b[48;2;{r};{g};{b}m") == 2  # the first: its background on 'Nobel ' and 'Prize'
+
+
+def test_the_html_view_draws_the_first_span_as_a_highlight_and_the_second_as_an_underline():
+    import re
+
+    html = to_html(NOBEL, OVERLAP)
+    runs = re.findall(r'<span class="uq" style="([^"]*)" data-spans="([^"]*)"[^>]*>([^<]*)</span>', html)
+    assert [(text, ks) for _, ks, text in runs] == [("Nobel ", "0"), ("Prize", "0 1"), (" in Chemistry", "1")]
+    first, second = (",".join(map(str, colour(u))) for _, _, u in OVERLAP)
+    style = {text: s for s, _, text in runs}
+    assert f"background:rgba({first}," in style["Nobel "] and "border-bottom" not in style["Nobel "]
+    assert f"background:rgba({first}," in style["Prize"] and f"border-bottom:3px solid rgb({second})" in style["Prize"]
+    assert "background" not in style[" in Chemistry"] and f"border-bottom:3px solid rgb({second})" in style[" in Chemistry"]
+
+
+def test_a_result_with_overlapping_spans_lists_both_and_draws_both(tmp_path):
+    from spanuq.score.schema import ScoredSpan, ScoreResult, Timings
+    from spanuq.score.views import fragment, terminal_view
+
+    spans = [ScoredSpan(start=a, end=b, text=NOBEL[a:b], b=0, e=1, u=u, u_raw=u, validity=0.9, nu=5.0)
+             for a, b, u in OVERLAP]
+    r = ScoreResult(prompt="Who?", answer=NOBEL, answer_source="given", backbone="smollm2-135m", generator=None,
+                    n_tokens=12, truncated=False, u_seq=0.5, validity_threshold=0.5, spans=spans,
+                    timings=Timings(generate_s=None, backbone_s=0.1, probe_s=0.01, total_s=0.2))
+    plain = terminal_view(r, colour_on=False)
+    assert plain.startswith("She won the [Nobel {Prize] in Chemistry} in 1911.")
+    assert "'Nobel Prize'  chars 12-23" in plain and "'Prize in Chemistry'  chars 18-36" in plain
+    assert fragment(r).count('class="uq-item"') == 2 and "border-bottom" in fragment(r)
+    to_png([("overlapping", NOBEL, OVERLAP)], str(tmp_path / "o.png"))
+    assert (tmp_path / "o.png").stat().st_size > 0

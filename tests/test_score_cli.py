@@ -7,7 +7,7 @@ import pytest
 
 from spanuq.cli import main
 from spanuq.score.schema import json_schema
-from spanuq.score.views import terminal_view
+from spanuq.score.views import terminal_view, to_terminal
 
 ANSWER = "\n Marie Curie (1867–1934) won the Nobel Prize in Physics in 1903 and in Chemistry in 1911."
 
@@ -57,7 +57,8 @@ def test_terminal_view_colours_only_when_asked(scorer):
     r = scorer.score("Who was Marie Curie?", response=ANSWER)
     plain, coloured = terminal_view(r, colour_on=False), terminal_view(r, colour_on=True)
     assert "\x1b[" not in plain and "\x1b[48;2;" in coloured
-    assert f"[{r.spans[0].text}" in plain and "likely wrong" in plain and f"û_seq = {r.u_seq:.2f}" in plain
+    assert plain.startswith(to_terminal(r.answer, [(s.start, s.end, s.u) for s in r.spans], colour_on=False))
+    assert "likely wrong" in plain and f"û_seq = {r.u_seq:.2f}" in plain
     assert all(repr(s.text) in plain for s in r.spans)
 
 
@@ -92,3 +93,40 @@ def test_a_response_file_that_cannot_be_read_is_named_before_the_backbone_loads(
                          (f"@{tmp_path}", "is a directory, not a response file")]:
         assert main(["score", "Who was Marie Curie?", "--response", arg]) != 0
         assert message in capsys.readouterr().err
+
+
+def test_a_response_file_is_its_text_without_the_last_line_break(probe_dir, repo_root, tmp_path, capsys):
+    """A file ends with a line break that is not part of the answer (as ``$(cat file)`` drops it): the
+    answer scored from ``@file`` is the one ``POST /score`` gets with the same text."""
+    (tmp_path / "answer.txt").write_text(ANSWER + "\n", encoding="utf-8")
+    assert main(["score", "Who was Marie Curie?", "--response", f"@{tmp_path / 'answer.txt'}", "--json",
+                 "--model", str(probe_dir), "--threshold", "0", "-p", str(repo_root / "params.yaml")]) == 0
+    assert json.loads(capsys.readouterr().out)["answer"] == ANSWER
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["score", "Who?", "--response", ""], "the response is empty"),
+    (["score", "   ", "--response", "An answer."], "the prompt is empty"),
+    (["score", "Who?", "--response", "x" * 100_001], "max_response_chars"),
+    (["score", "   ", "--stream"], "the prompt is empty"),
+    (["refine", "Who?", "--response", "  "], "the response is empty"),
+])
+def test_bad_input_is_refused_before_any_model_loads(monkeypatch, capsys, argv, message):
+    from spanuq.score.scorer import SpanUQ
+
+    def no_loading(*a, **kw):
+        raise AssertionError("SpanUQ.load was called for input that cannot be scored")
+
+    monkeypatch.setattr(SpanUQ, "load", no_loading)
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_generator_help_names_the_configured_default(capsys):
+    from spanuq.config import ScoreConfig
+
+    with pytest.raises(SystemExit):
+        main(["score", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "{auto,llamacpp,hf}" in text and f"(default: {ScoreConfig().generator}," in text
+    assert "llamacpp server + one teacher-forced pass (default)" not in text

@@ -1,5 +1,6 @@
 """`spanuq serve`, started by the tests on 127.0.0.1: the JSON API, bad input, concurrency, the web page."""
 import asyncio
+import json
 import os
 import time
 from pathlib import Path
@@ -76,6 +77,96 @@ def test_a_client_that_promises_a_body_and_hangs_up_costs_one_quiet_line(service
     assert not errors, [r.getMessage() for r in errors]
     quiet = [r for r in caplog.records if "disconnected before its request body arrived" in r.getMessage()]
     assert len(quiet) == 3 and all(r.levelno == logging.INFO and not r.exc_info for r in quiet)
+
+
+@pytest.fixture(scope="module")
+def quick_timeout_service(scorer):
+    with scoring_service(scorer, body_timeout_s=2.0) as (url, _):
+        yield url
+
+
+def _raw(url: str, request: bytes, then=None, wait: float = 15) -> tuple[bytes, float]:
+    """Send ``request`` on a raw socket, run ``then(sock)`` (e.g. trickle more bytes), read the answer;
+    returns (the answer's bytes, seconds from the first byte sent to the answer's first byte)."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=wait) as s:
+        t0 = time.monotonic()
+        s.sendall(request)
+        if then is not None:
+            then(s)
+        first = s.recv(65536)
+        took = time.monotonic() - t0
+        rest = b""
+        try:
+            while chunk := s.recv(65536):
+                rest += chunk
+        except OSError:
+            pass
+        return first + rest, took
+
+
+HEAD = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
+def test_a_body_shorter_than_its_content_length_gets_a_408_after_the_body_timeout(quick_timeout_service):
+    answer, took = _raw(quick_timeout_service, HEAD + b"Content-Length: 5000\r\n\r\n{\"prompt\": \"Who")
+    assert answer.startswith(b"HTTP/1.1 408 ") and b"score.body_timeout_s" in answer, answer[:300]
+    assert 1.5 < took < 8
+    assert httpx.get(f"{quick_timeout_service}/health").json()["status"] == "ok"
+
+
+def test_a_body_that_trickles_in_is_bounded_by_the_same_timeout(quick_timeout_service):
+    def trickle(s):  # one byte every 0.4 s: never idle for long, never finished
+        for _ in range(25):
+            try:
+                s.sendall(b" ")
+            except OSError:
+                return
+            time.sleep(0.4)
+
+    import threading
+
+    def send(s):
+        threading.Thread(target=trickle, args=(s,), daemon=True).start()
+
+    answer, took = _raw(quick_timeout_service, HEAD + b"Content-Length: 400\r\n\r\n{\"prompt\": ", send)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:300]
+    assert 1.5 < took < 8
+
+
+def test_content_length_with_chunked_encoding_is_refused_at_once(quick_timeout_service):
+    answer, took = _raw(quick_timeout_service, HEAD + b"Content-Length: 5000\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        b"10\r\n{\"prompt\": \"Who?\r\n")
+    assert answer.startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 408 ")), answer[:300]
+    assert took < 8
+
+
+def test_a_chunked_body_is_read_and_scored(quick_timeout_service):
+    body = json.dumps({"prompt": "Capital?", "response": ANSWER}).encode()
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 40]), body[i:i + 40]) for i in range(0, len(body), 40))
+    answer, _ = _raw(quick_timeout_service, HEAD + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                     + chunks + b"0\r\n\r\n", wait=300)
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+
+
+def test_one_context_size_everywhere_health_generation_and_errors(service, scorer):
+    """/health, the llama.cpp server that generates and the error past it all say the backbone's context."""
+    ctx = httpx.get(f"{service}/health").json()["limits"]["context_tokens"]
+    assert ctx == scorer.max_context == scorer.model.config.max_position_embeddings
+    httpx.post(f"{service}/score", json={"prompt": "Name a planet."}, timeout=300).raise_for_status()
+    assert scorer._server.n_ctx == ctx  # generation has the same room as the teacher-forced pass
+    per_word = len(scorer.tok(" word" * 100, add_special_tokens=False)["input_ids"]) / 100
+    limits = scorer.cfg.score.max_prompt_chars
+    try:
+        scorer.cfg.score.max_prompt_chars = 200_000
+        too_long = "word " * int((ctx + 200) / per_word)
+        r = httpx.post(f"{service}/score", json={"prompt": too_long}, timeout=600)
+        assert r.status_code == 422 and f"context of {ctx:,} tokens" in r.json()["detail"], r.text
+        assert "4,096" not in r.json()["detail"]
+    finally:
+        scorer.cfg.score.max_prompt_chars = limits
 
 
 def test_batch_scores_every_item_and_reports_each_items_error(service):

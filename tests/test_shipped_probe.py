@@ -100,7 +100,7 @@ def test_spanuq_score_names_the_probe_it_scores_with(tmp_path):
                           "--json", "-p", str(REPO / "params.yaml")], capture_output=True, text=True, cwd=tmp_path,
                          env=env, timeout=600)
     assert out.returncode == 0, out.stderr
-    assert f"spanuq: shipped {BACKBONE} probe of {CARD['date'][:10]}" in out.stderr
+    assert f"spanuq: probe: shipped {BACKBONE} probe of {CARD['date'][:10]}" in out.stderr
     assert json.loads(out.stdout)["answer"] == ANSWER
 
 

@@ -48,6 +48,18 @@ def test_a_partial_update_equals_score_on_the_partial_answer(scorer):
     assert_same_scores(first.result, scorer.score(PROMPT, response=first.result.answer))
 
 
+@pytest.mark.parametrize("generator", ["hf", "llamacpp"])
+def test_every_update_says_the_backbone_generated_the_answer_and_warns_of_nothing(scorer, generator):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        updates = list(scorer.score_stream(PROMPT, generator=generator, every=6))
+    assert len(updates) >= 2
+    assert {(u.result.answer_source, u.result.generator) for u in updates} == {("generated", generator)}
+    assert [str(w.message) for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))] == []
+
+
 def test_cancel_stops_the_generation_at_the_next_token(scorer):
     cancel = threading.Event()
     stream = scorer.score_stream(PROMPT, generator="hf", every=2, at_clauses=False, cancel=cancel)

@@ -88,3 +88,17 @@ def test_no_api_key_reaches_mlflow(cfg, tmp_path, monkeypatch):
     assert not any("sk-very-secret" in v for v in params.values())
     assert not any("sk-very-secret" in p.read_text(errors="ignore") for p in tmp_path.rglob("*") if p.is_file()
                    and p.suffix in (".json", ".yaml", ".txt", ""))
+
+
+def test_logging_and_loading_the_model_warn_of_nothing(cfg, tmp_path):
+    """The model is logged with its signature and an input example, and `predict` says what it takes:
+    MLflow has nothing to warn about on every train."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _register(cfg, tmp_path, 3, 0.7)
+        pyfunc = mlflow.pyfunc.load_model("models:/spanuq-smollm2-135m@champion")
+        pyfunc.predict({"h": np.zeros((3, D), dtype=np.float32), "entropy": np.zeros(3, dtype=np.float32)})
+    said = [str(w.message) for w in caught if "mlflow" in w.filename]
+    assert not [m for m in said if "type hints" in m or "input example" in m or "input_example" in m], said

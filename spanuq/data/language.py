@@ -52,10 +52,25 @@ def _identifier():
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 
+def _rows() -> list[list[str]]:
+    with _NAMES.open(encoding="utf-8") as f:
+        return [row for row in csv.reader(f, delimiter="\t") if row and not row[0].startswith("#")]
+
+
 @lru_cache(maxsize=1)
 def _names() -> dict[str, str]:
-    with _NAMES.open(encoding="utf-8") as f:
-        return {row[0]: row[1] for row in csv.reader(f, delimiter="\t") if row and not row[0].startswith("#")}
+    return {row[0]: row[1] for row in _rows()}
+
+
+@lru_cache(maxsize=1)
+def _macro() -> dict[str, str]:
+    """A variety's macrolanguage (``wuu`` → ``zh``): the identifier's varieties are reported as it."""
+    return {row[0]: row[2] for row in _rows() if len(row) > 2 and row[2]}
+
+
+def macrolanguage(code: str) -> str:
+    """``"wuu"`` → ``"zh"``; a code without a macrolanguage is returned as it is."""
+    return _macro().get(code, code)
 
 
 def language_name(code: str) -> str:
@@ -74,8 +89,11 @@ def guess_language(text: str, expected: tuple[str, ...] = ("en",), min_letters: 
     text = text[:MAX_CHARS]
     if letters(text) < min_letters:
         return None
-    probs = dict(_identifier().rank(text))
+    probs: dict[str, float] = {}
+    for c, p in _identifier().rank(text):  # a variety's probability counts for its macrolanguage
+        probs[macrolanguage(c)] = probs.get(macrolanguage(c), 0.0) + float(p)
     code = max(probs, key=probs.get)
+    expected = tuple(dict.fromkeys(macrolanguage(c) for c in expected))
     return LanguageGuess(code, float(probs[code]), float(sum(probs.get(c, 0.0) for c in expected)))
 
 

@@ -24,7 +24,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from .states import FeatureItem, fuse_layers, token_entropy
+from .states import FeatureItem, cache_kwargs, fuse_layers, token_entropy
 
 
 class StateCapture:
@@ -50,7 +50,7 @@ class StateCapture:
 
     def _forward(self, ids: list[int]):
         t0 = time.perf_counter()
-        out = self.model(input_ids=torch.tensor([ids], device=self.device), past_key_values=self.cache,
+        out = self.model(input_ids=torch.tensor([ids], device=self.device), **cache_kwargs(self.model, self.cache),
                          use_cache=True, output_hidden_states=True)
         self.forwards += 1
         self.seconds += time.perf_counter() - t0

@@ -47,6 +47,20 @@ def fuse_layers(hidden_states: Sequence[torch.Tensor] | torch.Tensor, layers: Se
     return torch.stack(chosen).float().mean(0)
 
 
+def cache_kwargs(model, cache) -> dict:
+    """The KV cache as ``model.forward`` takes it: ``cache=`` (newer transformers, which deprecate
+    ``past_key_values=`` with a warning on every call), else ``past_key_values=``."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return {"cache": cache} if "cache" in params else {"past_key_values": cache}
+
+
+def output_cache(out):
+    """The KV cache of a forward / generate output, under either name."""
+    return getattr(out, "cache", None) if getattr(out, "cache", None) is not None else out.past_key_values
+
+
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy (nats) of each row's softmax distribution."""
     logp = torch.log_softmax(logits.float(), -1)
@@ -160,7 +174,7 @@ def generate_with_states(model, tokenizer, chat: str, layers: list[int], max_new
     steps = out.hidden_states  # step 0: prompt positions; step k >= 1: the token fed at step k (= ids[k-1])
     fused = [fuse_layers(steps[k], layers)[0, -1] for k in range(1, min(T, len(steps) - 1) + 1)]
     if len(fused) < T:  # the last token was never fed: one step on the KV cache
-        o = model(input_ids=torch.tensor([[ids[-1]]], device=device), past_key_values=out.past_key_values,
+        o = model(input_ids=torch.tensor([[ids[-1]]], device=device), **cache_kwargs(model, output_cache(out)),
                   output_hidden_states=True, use_cache=True)
         fused.append(fuse_layers(o.hidden_states, layers)[0, -1])
     h = torch.stack(fused[:T]).to(out_dtype).cpu()

@@ -21,14 +21,19 @@ from ..pipeline.files import read_user_text
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, metavar="DIR|URI",
-                   help="probe checkpoint folder or MLflow URI (models:/spanuq-<backbone>@champion); "
-                        "or `shipped` (the probe shipped with spanuq); default: data/<backbone>/probe when "
-                        "one was trained here, else the shipped probe")
-    p.add_argument("--generator", choices=["llamacpp", "hf"], default=None,
-                   help="how score(prompt) generates: llamacpp server + one teacher-forced pass (default) "
-                        "or transformers with hidden states captured during generation")
-    p.add_argument("--threshold", type=float, default=None, help="validity threshold for kept spans")
+    from ..config import ScoreConfig
+
+    p.add_argument("--model", default=None, metavar="shipped|DIR|URI",
+                   help="which probe scores: `shipped` (the probe shipped with spanuq), a checkpoint folder, or an "
+                        "MLflow URI (models:/spanuq-<backbone>@champion); default: data/<backbone>/probe when a "
+                        "finished `dvc repro` trained one here, else the shipped probe")
+    p.add_argument("--generator", choices=["auto", "llamacpp", "hf"], default=None,
+                   help="how score(prompt) generates: llamacpp = the llama.cpp server, then one teacher-forced pass; "
+                        "hf = transformers, states captured while it generates; auto = llamacpp when its server "
+                        f"proves itself on this machine, else hf (default: {ScoreConfig().generator}, "
+                        "score.generator)")
+    p.add_argument("--threshold", type=float, default=None, help="validity threshold for kept spans "
+                                                                 "(default: the probe's, chosen on dev)")
 
 
 def add_score_args(p: argparse.ArgumentParser) -> None:
@@ -53,23 +58,36 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_uq(args, cfg):
-    """The `SpanUQ` of a command's --model / --generator / --threshold; names the probe on stderr."""
+    """The `SpanUQ` of a command's --model / --generator / --threshold / -o; says on stderr which probe
+    scores, with what settings, and why a probe trained here was passed over."""
     from transformers.utils import logging as hf_logging
 
+    from ..config import parse_overrides
     from .scorer import SpanUQ
 
     hf_logging.disable_progress_bar()  # "Loading weights" on every call is noise in a command's output
-
-    uq = SpanUQ.load(args.model, cfg=cfg, generator=args.generator, threshold=args.threshold)
-    print(f"spanuq: {uq.probe_source}", file=sys.stderr, flush=True)  # which probe scores, always said
+    uq = SpanUQ.load(args.model, cfg=cfg, generator=args.generator, threshold=args.threshold,
+                     overrides=parse_overrides(getattr(args, "override", None)))
+    if uq.probe_note:
+        print(f"spanuq: {uq.probe_note}", file=sys.stderr)
+    print(f"spanuq: {uq.probe_line()}\nspanuq: {uq.settings.describe()}", file=sys.stderr, flush=True)
     return uq
 
 
 def read_arg(value: str | None) -> str | None:
-    """``@answer.txt`` → the file's text (UTF-8); anything else as it is."""
+    """``@answer.txt`` → the file's text (UTF-8) without its final line break (as ``$(cat answer.txt)``
+    reads it: the break ends the file's last line, it is not part of the answer); anything else as it is."""
     if value is None or not value.startswith("@"):
         return value
-    return read_user_text(value[1:], "response file")
+    text = read_user_text(value[1:], "response file")
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+
+
+def check_early(prompt: str | None, response: str | None, cfg) -> None:
+    """The input checks `SpanUQ` runs, before anything is loaded (an empty answer fails in milliseconds)."""
+    from .errors import check_input
+
+    check_input(prompt, response, cfg.score)
 
 
 def use_colour(mode: str, stream=None) -> bool:
@@ -91,6 +109,7 @@ def run_score(args, cfg) -> int:
     if args.stream:
         return _score_stream(args, cfg)
     response = read_arg(args.response)  # a file that cannot be read fails before the backbone loads
+    check_early(args.prompt, response, cfg)
     with load_uq(args, cfg) as uq:
         result = uq.score(args.prompt, response=response)
     if args.html:
@@ -108,6 +127,7 @@ def _score_stream(args, cfg) -> int:
 
     if args.response is not None:
         raise ValueError("--stream scores the backbone's answer as it is generated; leave out --response")
+    check_early(args.prompt, None, cfg)
     colour = use_colour(args.color)
     live = LiveTerminal(sys.stdout) if sys.stdout.isatty() and not args.json else None
     with load_uq(args, cfg) as uq:

@@ -15,3 +15,19 @@ class GenerationError(RuntimeError):
     """The backbone could not answer (e.g. its llama.cpp server failed); nothing is cached, retry later."""
 
     status = 503
+
+
+def check_input(prompt, response, limits) -> None:
+    """Raise `InputError` for a prompt / response that cannot be scored (``limits``: the `ScoreConfig`):
+    cheap checks that run before any model is loaded or called."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InputError("the prompt is empty")
+    if len(prompt) > limits.max_prompt_chars:
+        raise InputError(f"the prompt has {len(prompt):,} characters; the limit is {limits.max_prompt_chars:,} "
+                         "(score.max_prompt_chars)", 413)
+    if response is not None:
+        if not isinstance(response, str) or not response.strip():
+            raise InputError("the response is empty (leave it out to let the backbone answer)")
+        if len(response) > limits.max_response_chars:
+            raise InputError(f"the response has {len(response):,} characters; the limit is "
+                             f"{limits.max_response_chars:,} (score.max_response_chars)", 413)

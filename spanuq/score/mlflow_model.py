@@ -28,12 +28,12 @@ Output: a list with one dict per response:
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import mlflow
 import numpy as np
+import pandas as pd
 
 from spanuq.model.postprocess import Answer, predict
 from spanuq.score.windows import predict_windows
@@ -47,8 +47,6 @@ class _States:
 
 def _rows(model_input: Any) -> list[dict]:
     """Normalise the accepted input shapes to a list of {"h", "entropy"?, "id"?} dicts."""
-    import pandas as pd
-
     if isinstance(model_input, pd.DataFrame):
         return model_input.to_dict(orient="records")
     if isinstance(model_input, dict):
@@ -109,7 +107,9 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
         self.window = (getattr(context, "model_config", None) or {}).get("window_tokens") \
             or self.ckpt.extra.get("window_tokens")
 
-    def predict(self, context, model_input, params=None):
+    def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> list[dict]:
+        """Spans and û_seq per row (module docstring).  The hint names MLflow's own input type (what a
+        served model receives), for which MLflow infers no schema; a dict or list of dicts works too."""
         import torch
 
         params = params or {}
@@ -155,6 +155,4 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
         return out
 
 
-with warnings.catch_warnings():  # "add type hints to predict": the input contract is the docstring above
-    warnings.filterwarnings("ignore", message=".*type hints.*")
-    mlflow.models.set_model(SpanUQPyfunc())
+mlflow.models.set_model(SpanUQPyfunc())

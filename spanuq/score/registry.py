@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -73,24 +72,30 @@ def _signature():
     ]))
 
 
+def _input_example(d_model: int):
+    """One answer of two tokens: its T×d states and their entropies (mlflow_model.py has the contract)."""
+    import pandas as pd
+
+    return pd.DataFrame([{"h": [[0.0] * d_model, [0.0] * d_model], "entropy": [0.0, 0.0]}])
+
+
 def log_probe(probe_dir: str | Path, cfg: Config, dev_auroc: float | None) -> dict[str, Any]:
     """Log + register the probe in the active run; returns what the train report records."""
     import mlflow
     from mlflow import MlflowClient
 
     code = find_spec("spanuq.score.mlflow_model").origin  # the file itself: MLflow runs it when loading
-    with warnings.catch_warnings():  # "add type hints to predict": the input contract is in mlflow_model.py
-        warnings.filterwarnings("ignore", message=".*type hints.*")
-        info = mlflow.pyfunc.log_model(
-            name="probe",
-            python_model=str(code),
-            artifacts={"checkpoint": str(Path(probe_dir))},
-            # the windows long answers are read in, as `SpanUQ` reads them (score/windows.py)
-            model_config={"window_tokens": window_length(read_json(Path(probe_dir) / "config.json").get("extra") or {},
-                                                         cfg.generate.max_new_tokens)},
-            signature=_signature(),
-            pip_requirements=["spanuq", "torch", "safetensors", "numpy", "pandas"],
-        )
+    meta = read_json(Path(probe_dir) / "config.json")
+    info = mlflow.pyfunc.log_model(
+        name="probe",
+        python_model=str(code),
+        artifacts={"checkpoint": str(Path(probe_dir))},
+        # the windows long answers are read in, as `SpanUQ` reads them (score/windows.py)
+        model_config={"window_tokens": window_length(meta.get("extra") or {}, cfg.generate.max_new_tokens)},
+        signature=_signature(),
+        input_example=_input_example(int(meta["d_model"])),
+        pip_requirements=["spanuq", "torch", "safetensors", "numpy", "pandas"],
+    )
     name = registered_name(cfg)
     mv = mlflow.register_model(info.model_uri, name)
     client = MlflowClient()

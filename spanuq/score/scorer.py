@@ -1,25 +1,33 @@
 """`SpanUQ`: which parts of an answer are likely wrong, for a prompt or a (prompt, answer) pair.
 
     from spanuq import SpanUQ
-    uq = SpanUQ.load()                                   # data/<backbone>/probe after `make repro`, else the shipped probe
+    uq = SpanUQ.load()                                   # data/<backbone>/probe of a finished `make repro`, else shipped
     uq = SpanUQ.load("shipped")                          # the probe shipped in spanuq/probes/<backbone>/
     uq.probe_source                                      # "shipped smollm2-135m probe of <date>, sha256 <12> (...)"
     uq = SpanUQ.load("models:/spanuq-smollm2-135m@champion")
+    uq = SpanUQ.load("shipped", overrides={"generate.stop": []})  # a setting other than the probe's (reported)
     r = uq.score("Who was Marie Curie?")                 # the backbone answers, then the probe scores
     r = uq.score("Who was Marie Curie?", response="…")   # any answer, one teacher-forced pass
     rs = uq.score_many([{"prompt": …, "response": …}, …])
 
-The checkpoint names its backbone (and fused layers) in ``config.json``'s ``extra``; that
-backbone is loaded with it.  The answer is tokenised once (its token ids and character
-offsets); the probe's outputs go through the one post-processing step every consumer uses
-(`spanuq.model.postprocess`): û calibrated with the checkpoint's temperature, u_raw, ν,
-validity, û_seq, the kept queries (validity ≥ the checkpoint's threshold, duplicates
-suppressed) and spans grown to whole words, as exact character offsets of the original string.
+Which probe scores is `spanuq.score.source`; what it scores with (system prompt, decoding,
+precision, window, languages) comes from its checkpoint, `spanuq.score.settings`.  The
+checkpoint names its backbone (and fused layers); that backbone is loaded with it.
+
+`score_many` runs three steps over a list of `Pending` items: (1) `_prepare`: check the input,
+generate the answer when none is given, tokenise it once (token ids and character offsets);
+(2) `_read_states`: one teacher-forced pass per answer whose states were not captured while
+generating, batched (answers past the backbone's context in chunked passes); (3) `_probe`: the
+probe over all answers (windows of its trained length for longer ones), through the one
+post-processing step every consumer uses (`spanuq.model.postprocess`): û calibrated with the
+checkpoint's temperature, the kept queries, spans grown to whole words as exact character
+offsets of the original string.
 """
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -33,61 +41,54 @@ from ..llm.loading import token_offsets
 from ..llm.states import FeatureItem, extract_batch, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
 from ..model.postprocess import Answer, Prediction
-from .errors import GenerationError, InputError
+from .errors import GenerationError, InputError, check_input
 from .schema import ScoredSpan, ScoreRequest, ScoreResult, StreamUpdate, Timings
-from .shipped import SHIPPED, describe, shipped_dir
+from .settings import ScoringSettings, resolve as resolve_settings
+from .shipped import describe
+from .source import choose_probe, resolve_checkpoint
+from .views import probe_line
 from .stream import score_stream
-from .windows import plan_windows, predict_windows, window_length
+from .windows import plan_windows, predict_windows
 
+__all__ = ["SpanUQ", "InputError", "GenerationError", "resolve_checkpoint"]
 log = logging.getLogger(__name__)
-LLAMACPP_CTX = 4096  # the managed llama.cpp server's context (prompt + generated tokens)
+FALLBACK_CONTEXT = 4096  # the context when the backbone's config names none
 
 
-def resolve_checkpoint(source: str | Path | None, cfg: Config) -> Path:
-    """A probe folder from a path, an MLflow model URI (``models:/spanuq-<backbone>@champion``,
-    ``runs:/<id>/probe``), ``"shipped"`` (the probe shipped for the configured backbone) or,
-    with None, the pipeline's ``data/<backbone>/probe`` when one was trained here, else the
-    shipped probe."""
-    if source is None:
-        from ..pipeline.paths import StagePaths
+@dataclass
+class Pending:
+    """One item of `score_many` on its way through the steps."""
 
-        path = StagePaths.from_config(cfg).probe
-        return path if (path / "config.json").exists() else shipped_dir(cfg.backbone.name)
-    text = str(source)
-    if text == SHIPPED:
-        return shipped_dir(cfg.backbone.name)
-    if text.startswith(("models:/", "runs:/")) or "://" in text:
-        import mlflow
-        import yaml
-
-        from ..pipeline.tracking import tracking_uri
-
-        mlflow.set_tracking_uri(tracking_uri(cfg))
-        mlflow.set_registry_uri(tracking_uri(cfg))
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=text))
-        mlmodel = yaml.safe_load((local / "MLmodel").read_text())
-        art = mlmodel["flavors"]["python_function"].get("artifacts", {}).get("checkpoint")
-        if not art:
-            raise ValueError(f"{text}: not a SpanUQ model (no `checkpoint` artifact)")
-        return local / art["path"]
-    path = Path(text)
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"{path}: not a probe checkpoint (no config.json)")
-    return path
+    request: ScoreRequest
+    t_start: float
+    chat: str = ""
+    n_prompt: int = 0
+    answer: str = ""
+    ids: list[int] = field(default_factory=list)  # the answer's one tokenisation
+    offsets: list[tuple[int, int]] = field(default_factory=list)
+    source: str = "given"  # or "generated"
+    generator: str | None = None
+    truncated: bool = False
+    states: FeatureItem | None = None
+    generate_s: float | None = None
+    backbone_s: float = 0.0
 
 
 class SpanUQ:
     """One probe + its frozen backbone.  Not thread-safe: the service queues requests onto one."""
 
     def __init__(self, ckpt: Checkpoint, cfg: Config, backbone, tokenizer, checkpoint: Path,
-                 threshold: float | None = None):
+                 threshold: float | None = None, settings: ScoringSettings | None = None):
         self.probe, self.cfg = ckpt.probe, cfg
         self.model, self.tok = backbone, tokenizer
         self.checkpoint = checkpoint
         self.probe_source = describe(checkpoint)  # which probe this is, in one line (shipped or trained here)
+        self.probe_note: str | None = None  # why the default did not take a probe trained here
+        self.settings = settings
         self.backbone_name = cfg.backbone.name
         self.layers = list(cfg.backbone.layers)
-        self.system_prompt = ckpt.extra.get("system_prompt", cfg.backbone.system_prompt)
+        self.system_prompt = cfg.backbone.system_prompt if settings else ckpt.extra.get(
+            "system_prompt", cfg.backbone.system_prompt)
         self.extra = dict(ckpt.extra)  # the checkpoint's facts (backbone, layers, dev metrics, ...)
         self.fitted = ckpt.calibration  # as fitted on dev, before any threshold given below
         # fitted on dev and carried by the checkpoint; a threshold given here or in score.validity_threshold wins
@@ -95,9 +96,10 @@ class SpanUQ:
             threshold if threshold is not None else cfg.score.validity_threshold)
         self.threshold = self.calibration.validity_threshold
         self.out_dtype = getattr(torch, cfg.extract.dtype)  # the precision the probe was trained on
-        self.max_context = int(getattr(backbone.config, "max_position_embeddings", 0) or 0) or None
+        # the one context: the backbone's, which the managed llama.cpp server is started with too
+        self.max_context = int(getattr(backbone.config, "max_position_embeddings", 0) or 0) or FALLBACK_CONTEXT
         # answers longer than the probe's trained length are read in windows (score/windows.py)
-        self.window = window_length(self.extra, cfg.generate.max_new_tokens, cfg.score.window_tokens)
+        self.window = cfg.score.window_tokens or int(self.extra.get("window_tokens") or cfg.generate.max_new_tokens)
         self.generator = cfg.score.generator
         self._server = None
         self._client = None
@@ -106,29 +108,36 @@ class SpanUQ:
     @classmethod
     def load(cls, source: str | Path | None = None, *, cfg: Config | None = None,
              params: str | Path | None = "params.yaml", generator: str | None = None,
-             threshold: float | None = None, device: str = "cpu") -> "SpanUQ":
-        """From a checkpoint folder, an MLflow model URI, ``"shipped"``, or (None) the pipeline's
-        probe when one was trained here, else the shipped one (`resolve_checkpoint`)."""
+             threshold: float | None = None, device: str = "cpu", overrides: dict | None = None) -> "SpanUQ":
+        """From a checkpoint folder, an MLflow model URI, ``"shipped"``, or (None) the probe a finished
+        pipeline run trained here, else the shipped one (`spanuq.score.source`).  The probe's own scoring
+        settings apply; ``overrides`` (dotted keys) and the explicit ``score:`` keys of ``cfg`` / ``params``
+        win over them (`spanuq.score.settings`)."""
         from ..llm.loading import load_backbone
         from ..llm.presets import fused_layers, get_preset
 
         if cfg is None:
             cfg = load_config(params if params and Path(params).exists() else None)
-        path = resolve_checkpoint(source, cfg)
-        ckpt = load_checkpoint(path, device=device)
-        bb = cfg.backbone.model_copy(update={k: v for k, v in (("name", ckpt.extra.get("backbone")),
-                                                                ("layers", ckpt.extra.get("layers"))) if v})
-        score = cfg.score if generator is None else cfg.score.model_copy(update={"generator": generator})
-        cfg = cfg.model_copy(update={"backbone": bb, "score": score})
+        choice = choose_probe(source, cfg)
+        ckpt = load_checkpoint(choice.path, device=device)
+        facts = {k: v for k, v in (("backbone.name", ckpt.extra.get("backbone")),
+                                   ("backbone.layers", ckpt.extra.get("layers"))) if v}
+        asked = {**(overrides or {}), **({"score.generator": generator} if generator else {})}
+        cfg, settings = resolve_settings(cfg, ckpt.extra, {**asked, **facts})
         cfg.backbone.layers = fused_layers(cfg)
-        d = get_preset(bb.name).d_model
+        d = get_preset(cfg.backbone.name).d_model
         if ckpt.d_model != d:
-            raise ValueError(f"{path}: the probe reads d_model={ckpt.d_model} states, {bb.name} has {d}")
+            raise ValueError(f"{choice.path}: the probe reads d_model={ckpt.d_model} states, {cfg.backbone.name} has {d}")
         model, tok = load_backbone(cfg)
-        uq = cls(ckpt, cfg, model, tok, path, threshold)
-        uq.probe_source = describe(path, source)
-        log.info("SpanUQ loaded the %s", uq.probe_source)
+        uq = cls(ckpt, cfg, model, tok, choice.path, threshold, settings)
+        uq.probe_source = describe(choice.path, source)
+        uq.probe_note = choice.note
+        log.info("SpanUQ loaded the %s; %s", uq.probe_source, settings.describe())
         return uq
+
+    def probe_line(self) -> str:
+        """Which probe scores and how to choose another, in one line (shown by every view)."""
+        return probe_line(self.probe_source)
 
     def close(self) -> None:
         if self._client is not None:
@@ -147,18 +156,7 @@ class SpanUQ:
     # ---------------------------------------------------------------- checks
     def check(self, prompt: str, response: str | None) -> None:
         """Raise `InputError` for what cannot be scored, before any model call."""
-        s = self.cfg.score
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise InputError("the prompt is empty")
-        if len(prompt) > s.max_prompt_chars:
-            raise InputError(f"the prompt has {len(prompt):,} characters; the limit is {s.max_prompt_chars:,} "
-                             "(score.max_prompt_chars)", 413)
-        if response is not None:
-            if not isinstance(response, str) or not response.strip():
-                raise InputError("the response is empty (leave it out to let the backbone answer)")
-            if len(response) > s.max_response_chars:
-                raise InputError(f"the response has {len(response):,} characters; the limit is "
-                                 f"{s.max_response_chars:,} (score.max_response_chars)", 413)
+        check_input(prompt, response, self.cfg.score)
 
     def _chat(self, prompt: str) -> tuple[str, int]:
         from ..llm.loading import chat_prompt
@@ -167,9 +165,9 @@ class SpanUQ:
         return chat, len(self.tok(chat, add_special_tokens=False)["input_ids"])
 
     def _check_context(self, n_prompt: int, n_response: int, what: str) -> None:
-        """The prompt must leave room in the backbone's context: for the generated answer's budget,
-        or (a given answer) for chunks of it — a longer answer is read in chunked passes."""
-        if self.max_context and n_prompt + n_response > self.max_context:
+        """The prompt must leave room in the context (the backbone's, which the llama.cpp server shares):
+        for the generated answer's budget, or (a given answer) for chunks of it."""
+        if n_prompt + n_response > self.max_context:
             raise InputError(f"{what}: the prompt ({n_prompt:,} tokens) and {n_response:,} answer tokens exceed "
                              f"{self.backbone_name}'s context of {self.max_context:,} tokens; shorten the prompt", 422)
 
@@ -221,7 +219,7 @@ class SpanUQ:
         from ..llm.loading import gguf_path
         from ..llm.presets import get_preset
 
-        self._server = LlamaCppServer(gguf_path(get_preset(self.backbone_name)), n_ctx=LLAMACPP_CTX,
+        self._server = LlamaCppServer(gguf_path(get_preset(self.backbone_name)), n_ctx=self.max_context,
                                       n_threads=self.cfg.score.server_threads).start()
         g = self.cfg.generate.model_copy(update={"backend": "server", "server_url": self._server.base_url,
                                                  "max_new_tokens": self.cfg.score.max_new_tokens,
@@ -291,71 +289,21 @@ class SpanUQ:
         its answer's states when already captured (`score_stream`), used when their tokens are
         the answer's canonical tokens, so no teacher-forced pass runs for it."""
         reqs = [ScoreRequest(prompt=x) if isinstance(x, str) else ScoreRequest.model_validate(x) for x in items]
-        n = len(reqs)
-        results: list = [None] * n
-        t_start = [time.perf_counter()] * n
-        state: dict[int, dict] = {}
-        bar = tqdm(total=n, desc="score", unit="answer", disable=not progress)
-        for i, r in enumerate(reqs):  # 1. checks and answers
-            t_start[i] = time.perf_counter()
+        pending = [Pending(r, time.perf_counter()) for r in reqs]
+        results: list = [None] * len(pending)
+        bar = tqdm(total=len(pending), desc="score", unit="answer", disable=not progress)
+        for i, item in enumerate(pending):  # 1. checks, answers, tokens
             try:
-                self.check(r.prompt, r.response)
-                chat, n_prompt = self._chat(r.prompt)
-                st = {"chat": chat, "gen_s": None, "bb_s": 0.0, "truncated": False, "item": None,
-                      "source": "given", "generator": None}
-                if r.response is None:
-                    self._check_context(n_prompt, self.cfg.score.max_new_tokens, "generation")
-                    generator = self._resolve_generator()
-                    if generator == "llamacpp" and n_prompt + self.cfg.score.max_new_tokens > LLAMACPP_CTX:
-                        raise InputError(f"the prompt has {n_prompt:,} tokens; with {self.cfg.score.max_new_tokens} "
-                                         f"new tokens that exceeds the llama.cpp context of {LLAMACPP_CTX:,}")
-                    t0 = time.perf_counter()
-                    if generator == "hf":
-                        g = generate_with_states(self.model, self.tok, chat, self.layers, self.cfg.score.max_new_tokens,
-                                                 self.out_dtype, stop=self.cfg.generate.stop)
-                        answer, st["truncated"], st["item"] = g.text, g.truncated, g.item
-                    else:
-                        answer, st["truncated"] = self._generate_llamacpp(chat)
-                    st.update(gen_s=time.perf_counter() - t0, source="generated", generator=generator)
-                    if not answer.strip():
-                        raise InputError(f"{self.backbone_name} gave an empty answer; nothing to score", 422)
-                else:
-                    self._check_context(n_prompt, 2 * self.window, "the response")  # room for chunks of it
-                    answer = r.response
-                ids, offsets = token_offsets(self.tok, answer)  # the answer's one tokenisation
-                if states is not None and states[i] is not None and states[i].token_ids.tolist() == ids:
-                    st["item"] = states[i]
-                st.update(answer=answer, ids=ids, offsets=offsets, n_prompt=n_prompt)
-                state[i] = st
+                self._prepare(item, states[i] if states is not None else None)
             except (InputError, GenerationError) as e:
                 results[i] = e
                 bar.update(1)
-        todo = sorted((i for i in state if state[i]["item"] is None), key=lambda i: len(state[i]["ids"]))
-        short = lambda i: len(state[i]["ids"]) <= self.window  # noqa: E731 - batched; longer ones one at a time
-        for i in [i for i in todo if not short(i)]:  # 2a. one pass each, chunked past the context (llm/chunked.py)
-            t0 = time.perf_counter()
-            state[i].update(item=extract_long(self.model, self.tok, state[i]["chat"], state[i]["ids"], self.layers,
-                                              self.out_dtype, self.max_context), bb_s=time.perf_counter() - t0)
-        todo = [i for i in todo if short(i)]
-        bs = max(1, self.cfg.score.batch_size)
-        for s in range(0, len(todo), bs):  # 2. teacher-forced passes
-            batch = todo[s: s + bs]
-            t0 = time.perf_counter()
-            feats = extract_batch(self.model, self.tok, [state[i]["chat"] for i in batch],
-                                  [state[i]["ids"] for i in batch], self.layers, self.out_dtype)
-            share = (time.perf_counter() - t0) / len(batch)
-            for i, f in zip(batch, feats):
-                state[i].update(item=f, bb_s=share)
-        done = sorted(state)
-        if done:  # 3. the probe
-            t0 = time.perf_counter()
-            preds = predict_windows(self.probe, [state[i]["item"] for i in done], self.calibration,
-                                    [self._answer(state[i]) for i in done], window=self.window,
-                                    batch_size=max(32, len(done)),  # answers, or windows of a long one
-                                    device=next(self.probe.parameters()).device)
-            share = (time.perf_counter() - t0) / len(done)
-            for i, pred in zip(done, preds):
-                results[i] = self._result(reqs[i], state[i], pred, share, time.perf_counter() - t_start[i])
+        ready = [i for i, r in enumerate(results) if r is None]
+        self._read_states([pending[i] for i in ready if pending[i].states is None])  # 2. teacher-forced passes
+        if ready:  # 3. the probe
+            preds, probe_s = self._probe([pending[i] for i in ready])
+            for i, pred in zip(ready, preds):
+                results[i] = self._result(pending[i], pred, probe_s)
                 bar.update(1)
         bar.close()
         if not return_errors:
@@ -363,6 +311,67 @@ class SpanUQ:
                 if isinstance(r, Exception):
                     raise r
         return results
+
+    def _prepare(self, item: Pending, captured: FeatureItem | None) -> None:
+        """Step 1: check the input, generate the answer when none is given, tokenise it once; take
+        ``captured`` states when they were read on exactly these tokens."""
+        item.t_start = time.perf_counter()
+        r = item.request
+        self.check(r.prompt, r.response)
+        item.chat, item.n_prompt = self._chat(r.prompt)
+        if r.response is None:
+            self._generate(item)
+        else:
+            self._check_context(item.n_prompt, 2 * self.window, "the response")  # room for chunks of it
+            item.answer = r.response
+        item.ids, item.offsets = token_offsets(self.tok, item.answer)
+        if captured is not None and captured.token_ids.tolist() == item.ids:
+            item.states = captured
+
+    def _generate(self, item: Pending) -> None:
+        """The backbone's greedy answer: llama.cpp, or transformers with its states captured as it goes."""
+        budget = self.cfg.score.max_new_tokens
+        self._check_context(item.n_prompt, budget, "generation")
+        generator = self._resolve_generator()
+        t0 = time.perf_counter()
+        if generator == "hf":
+            g = generate_with_states(self.model, self.tok, item.chat, self.layers, budget, self.out_dtype,
+                                     stop=self.cfg.generate.stop)
+            item.answer, item.truncated, item.states = g.text, g.truncated, g.item
+        else:
+            item.answer, item.truncated = self._generate_llamacpp(item.chat)
+        item.generate_s, item.source, item.generator = time.perf_counter() - t0, "generated", generator
+        if not item.answer.strip():
+            raise InputError(f"{self.backbone_name} gave an empty answer; nothing to score", 422)
+
+    def _read_states(self, todo: list[Pending]) -> None:
+        """Step 2: the answers' states in teacher-forced passes, shortest first in batches of
+        ``score.batch_size``; an answer longer than the probe's window alone, chunked past the context."""
+        todo = sorted(todo, key=lambda it: len(it.ids))
+        for item in [it for it in todo if len(it.ids) > self.window]:
+            t0 = time.perf_counter()
+            item.states = extract_long(self.model, self.tok, item.chat, item.ids, self.layers, self.out_dtype,
+                                       self.max_context)
+            item.backbone_s = time.perf_counter() - t0
+        short = [it for it in todo if len(it.ids) <= self.window]
+        bs = max(1, self.cfg.score.batch_size)
+        for s in range(0, len(short), bs):
+            batch = short[s: s + bs]
+            t0 = time.perf_counter()
+            feats = extract_batch(self.model, self.tok, [it.chat for it in batch], [it.ids for it in batch],
+                                  self.layers, self.out_dtype)
+            share = (time.perf_counter() - t0) / len(batch)
+            for item, f in zip(batch, feats):
+                item.states, item.backbone_s = f, share
+
+    def _probe(self, items: list[Pending]) -> tuple[list[Prediction], float]:
+        """Step 3: the probe over every answer (windows of a long one); returns the predictions and each
+        item's share of the time."""
+        t0 = time.perf_counter()
+        preds = predict_windows(self.probe, [it.states for it in items], self.calibration,
+                                [self._answer(it) for it in items], window=self.window,
+                                batch_size=max(32, len(items)), device=next(self.probe.parameters()).device)
+        return preds, (time.perf_counter() - t0) / len(items)
 
     def score_stream(self, prompt: str, *, every: int | None = None, at_clauses: bool | None = None,
                      generator: str | None = None, cancel=None) -> Iterator[StreamUpdate]:
@@ -376,20 +385,21 @@ class SpanUQ:
         return score_stream(self, prompt, every=every, at_clauses=at_clauses, generator=generator, cancel=cancel)
 
     @staticmethod
-    def _answer(st: dict) -> Answer | None:
+    def _answer(item: Pending) -> Answer | None:
         """The answer's text and token offsets, when its states were computed on those tokens."""
-        same = st["item"].token_ids.tolist() == st["ids"]
-        return Answer(st["answer"], st["offsets"]) if same else None
+        same = item.states.token_ids.tolist() == item.ids
+        return Answer(item.answer, item.offsets) if same else None
 
-    def _result(self, req: ScoreRequest, st: dict, pred: Prediction, probe_s: float, total_s: float) -> ScoreResult:
-        answer = st["answer"]
+    def _result(self, item: Pending, pred: Prediction, probe_s: float) -> ScoreResult:
+        answer = item.answer
         spans = [ScoredSpan(start=s.start, end=s.end, text=answer[s.start:s.end], b=s.b, e=s.e, u=s.u, u_raw=s.u_raw,
                             validity=s.validity, nu=s.nu) for s in pred.shown()]
-        return ScoreResult(prompt=req.prompt, answer=answer, answer_source=st["source"], backbone=self.backbone_name,
-                           generator=st["generator"], n_tokens=len(st["ids"]), truncated=st["truncated"],
-                           u_seq=float(pred.u_seq), validity_threshold=self.threshold, spans=spans,
+        return ScoreResult(prompt=item.request.prompt, answer=answer, answer_source=item.source,
+                           backbone=self.backbone_name, probe=self.probe_source, generator=item.generator,
+                           n_tokens=len(item.ids), truncated=item.truncated, u_seq=float(pred.u_seq),
+                           validity_threshold=self.threshold, spans=spans,
                            warnings=language_warnings(answer, self.cfg.score.languages),
-                           windows=len(plan_windows(len(st["ids"]), self.window)),
-                           timings=Timings(generate_s=None if st["gen_s"] is None else round(st["gen_s"], 4),
-                                           backbone_s=round(st["bb_s"], 4), probe_s=round(probe_s, 4),
-                                           total_s=round(total_s, 4)))
+                           windows=len(plan_windows(len(item.ids), self.window)),
+                           timings=Timings(generate_s=None if item.generate_s is None else round(item.generate_s, 4),
+                                           backbone_s=round(item.backbone_s, 4), probe_s=round(probe_s, 4),
+                                           total_s=round(time.perf_counter() - item.t_start, 4)))

@@ -7,12 +7,11 @@
     POST /render         ScoreResult                         -> {"html": ...} (spanuq.score.views, for the page)
     GET  /health, GET / (the web page), GET /docs (OpenAPI)
 
-One model instance: every request goes into a bounded queue that a single worker
-thread drains, taking up to ``score.micro_batch`` waiting requests at a time and
-scoring them together (`SpanUQ.score_many`: one batched teacher-forced pass for
-given answers).  Bodies are read and parsed here, so a body too large (413), not
-UTF-8 or not JSON (400), of the wrong shape or past a limit (422 / 413) gets a clear
-error and never reaches the model; a full queue answers 503.  Nothing a client
+One model instance: every request goes into the bounded queue of one worker thread
+(`spanuq.score.worker`), which scores waiting requests together.  Bodies are read and parsed
+here, so a body too large (413), not UTF-8 or not JSON (400), of the wrong shape or past a
+limit (422 / 413), or one that does not arrive within ``score.body_timeout_s`` (408) gets a
+clear error and never reaches the model; a full queue answers 503.  Nothing a client
 sends can stop the worker: an unexpected failure answers 500 for that batch only.
 A stream is one job of that worker (`SpanUQ.score_stream`, spanuq/score/stream.py); when
 its client disconnects, the job's cancel event is set and the generation stops at the next
@@ -23,10 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import queue
-import threading
 from contextlib import asynccontextmanager
-from concurrent.futures import Future
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -35,12 +31,16 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
 from ..config import ScoreConfig
-from .schema import BatchRequest, BatchResponse, ItemError, ScoreRequest, ScoreResult
 from .refine import RefineRequest, RefineResult, check_refine
+from .schema import BatchRequest, BatchResponse, ItemError, ScoreRequest, ScoreResult
 from .scorer import GenerationError, InputError, SpanUQ
+from .views import HOW_TO_CHOOSE
+from .worker import QueueFull, ScoringWorker, StreamJob
 
+__all__ = ["create_app", "serve", "ScoringWorker", "StreamJob"]
 log = logging.getLogger(__name__)
 WEB = Path(__file__).with_name("web")
+ERRORS = {400: {}, 408: {}, 413: {}, 422: {}, 503: {}}  # the OpenAPI responses of a POST route
 
 
 class HTTPError(Exception):
@@ -49,148 +49,36 @@ class HTTPError(Exception):
         self.status, self.message = status, message
 
 
-class ScoringWorker:
-    """The one thread that owns the model; `submit` returns a Future of per-item results."""
-
-    def __init__(self, uq: SpanUQ, micro_batch: int = 8, max_queue: int = 256):
-        self.uq, self.micro_batch = uq, max(1, micro_batch)
-        self.q: queue.Queue = queue.Queue(maxsize=max_queue)
-        self.batches = 0
-        self.streams = {"done": 0, "cancelled": 0, "failed": 0}  # how the streams ended
-        self._thread = threading.Thread(target=self._run, name="spanuq-worker", daemon=True)
-        self._thread.start()
-
-    def submit(self, reqs: list[ScoreRequest]) -> Future:
-        return self._put(reqs)
-
-    def call(self, fn) -> Future:
-        """Run ``fn(uq)`` on the worker thread, in queue order (a job that is not a scoring batch: refine)."""
-        return self._put(fn)
-
-    def _put(self, job) -> Future:
-        fut: Future = Future()
-        try:
-            self.q.put_nowait((job, fut))
-        except queue.Full:
-            raise HTTPError(503, f"the service is busy ({self.q.maxsize} requests waiting); retry later") from None
-        return fut
-
-    def submit_stream(self, job: "StreamJob") -> None:
-        try:
-            self.q.put_nowait(job)
-        except queue.Full:
-            raise HTTPError(503, f"the service is busy ({self.q.maxsize} requests waiting); retry later") from None
-
-    @staticmethod
-    def _alone(job) -> bool:
-        """A stream or a call (refine) runs by itself, in its turn; scoring requests are batched."""
-        return isinstance(job, StreamJob) or callable(job[0])
-
-    def _run_alone(self, job) -> None:
-        if isinstance(job, StreamJob):
-            self.streams[job.run(self.uq)] += 1
-        else:
-            self._call(*job)
-
-    def _call(self, fn, fut: Future) -> None:
-        try:
-            fut.set_result(fn(self.uq))
-        except Exception as e:  # noqa: BLE001 - answers this request, the worker lives on
-            fut.set_exception(e)
-
-    def _run(self) -> None:
-        while True:
-            job = self.q.get()
-            if job is None:
-                return
-            if self._alone(job):
-                self._run_alone(job)
-                continue
-            jobs, later = [job], None
-            while len(jobs) < self.micro_batch:
-                try:
-                    nxt = self.q.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    self.q.put(None)
-                    break
-                if self._alone(nxt):  # run after this batch, in its turn
-                    later = nxt
-                    break
-                jobs.append(nxt)
-            self._batch(jobs)
-            if later is not None:
-                self._run_alone(later)
-
-    def _batch(self, jobs: list) -> None:
-        reqs = [r for rs, _ in jobs for r in rs]
-        try:
-            out = self.uq.score_many(reqs, progress=False, return_errors=True)
-        except Exception as e:  # noqa: BLE001 - a failure answers this batch, the worker lives on
-            log.exception("scoring failed")
-            for _, fut in jobs:
-                fut.set_exception(e)
-            return
-        self.batches += 1
-        k = 0
-        for rs, fut in jobs:
-            fut.set_result(out[k: k + len(rs)])
-            k += len(rs)
-
-    def close(self) -> None:
-        self.q.put(None)
-        self._thread.join(timeout=30)
-
-
-class StreamJob:
-    """One streamed answer: the worker runs `SpanUQ.score_stream` and hands each update (then an
-    error, if any, then None) to ``emit``; ``cancel`` (set when the client leaves) stops it."""
-
-    def __init__(self, prompt: str, emit, cancel: threading.Event | None = None):
-        self.prompt, self.emit = prompt, emit
-        self.cancel = cancel or threading.Event()
-
-    def run(self, uq: SpanUQ) -> str:
-        """Stream the answer; says how it ended: ``done``, ``cancelled`` or ``failed``."""
-        outcome = "cancelled"
-        try:
-            if not self.cancel.is_set():  # nobody is left to read it when the client left while it waited
-                for update in uq.score_stream(self.prompt, cancel=self.cancel):
-                    self.emit(update)
-                    if update.done:
-                        outcome = "done"
-                    if self.cancel.is_set():
-                        break
-        except Exception as e:  # noqa: BLE001 - the stream ends with its error, the worker lives on
-            if not isinstance(e, (InputError, GenerationError)):
-                log.exception("streaming failed")
-            self.emit(e)
-            outcome = "failed"
-        finally:
-            self.emit(None)
-        return outcome
-
-
 class ClientGone(Exception):
     """The client disconnected before its request body arrived: nobody is left to answer."""
 
 
-async def _json_body(request: Request, limit: int):
+async def _read_body(request: Request, limit: int) -> bytes:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPError(413, f"request body larger than {limit:,} bytes (score.max_body_bytes)")
+    return body
+
+
+async def _json_body(request: Request, limit: int, timeout_s: float):
+    """The request's JSON body, read within ``timeout_s`` (408 after it) and at most ``limit`` bytes."""
+    if "content-length" in request.headers and "chunked" in request.headers.get("transfer-encoding", "").lower():
+        raise HTTPError(400, "the request has both Content-Length and Transfer-Encoding: chunked; send one")
     try:
         declared = int(request.headers.get("content-length") or 0)
     except ValueError:
         raise HTTPError(400, "the Content-Length header is not a number") from None
     if declared > limit:
         raise HTTPError(413, f"request body larger than {limit:,} bytes (score.max_body_bytes)")
-    body = b""
     try:
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise HTTPError(413, f"request body larger than {limit:,} bytes (score.max_body_bytes)")
+        body = await asyncio.wait_for(_read_body(request, limit), timeout_s)
     except ClientDisconnect:
         raise ClientGone() from None
+    except asyncio.TimeoutError:
+        raise HTTPError(408, f"the request body did not arrive within {timeout_s:g} s "
+                             "(score.body_timeout_s)") from None
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -238,10 +126,23 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
                   description="Which parts of an LLM's answer are likely wrong: spans with calibrated "
                               "uncertainty û from one forward pass of the frozen backbone.")
     app.state.worker = worker
+    _error_handlers(app)
+    _score_routes(app, uq, worker, scfg)
+    _stream_route(app, uq, worker, scfg)
+    _refine_and_render_routes(app, uq, worker, scfg)
+    _info_routes(app, uq, worker, scfg)
+    return app
 
+
+def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPError)
     async def _http_error(request: Request, e: HTTPError):
-        return JSONResponse({"detail": e.message}, status_code=e.status)
+        close = {"Connection": "close"} if e.status in (400, 408, 413) else None  # the body may be unread
+        return JSONResponse({"detail": e.message}, status_code=e.status, headers=close)
+
+    @app.exception_handler(QueueFull)
+    async def _queue_full(request: Request, e: QueueFull):
+        return JSONResponse({"detail": str(e)}, status_code=503)
 
     @app.exception_handler(ClientGone)
     async def _client_gone(request: Request, e: ClientGone):
@@ -249,49 +150,51 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
         log.info("%s disconnected before its request body arrived (%s %s)", client, request.method, request.url.path)
         return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
 
-    async def _score(reqs: list[ScoreRequest]) -> list:
-        return await asyncio.wrap_future(worker.submit(reqs))
 
-    @app.post("/score", response_model=ScoreResult, openapi_extra=_openapi(ScoreRequest),
-              responses={400: {}, 413: {}, 422: {}, 503: {}})
+async def _run(fut) -> object:
+    """The worker's result for one job; its failure as the HTTP error it means."""
+    try:
+        return await asyncio.wrap_future(fut)
+    except Exception as e:  # noqa: BLE001
+        status, msg = _error(e)
+        raise HTTPError(status, msg) from None
+
+
+def _score_routes(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreConfig) -> None:
+    async def body(request: Request, model):
+        return _validate(model, await _json_body(request, scfg.max_body_bytes, scfg.body_timeout_s))
+
+    @app.post("/score", response_model=ScoreResult, openapi_extra=_openapi(ScoreRequest), responses=ERRORS)
     async def score(request: Request):
-        req = _validate(ScoreRequest, await _json_body(request, scfg.max_body_bytes))
+        req = await body(request, ScoreRequest)
         try:
             uq.check(req.prompt, req.response)  # cheap limits here, before the queue (the worker checks again)
         except InputError as e:
             raise HTTPError(e.status, str(e)) from None
-        try:
-            out = (await _score([req]))[0]
-        except Exception as e:  # noqa: BLE001
-            status, msg = _error(e)
-            raise HTTPError(status, msg) from None
+        out = (await _run(worker.submit([req])))[0]
         if isinstance(out, Exception):
-            status, msg = _error(out)
-            raise HTTPError(status, msg)
+            raise HTTPError(*_error(out))
         return JSONResponse(out.model_dump(mode="json"))
 
-    @app.post("/score/batch", response_model=BatchResponse, openapi_extra=_openapi(BatchRequest),
-              responses={400: {}, 413: {}, 422: {}, 503: {}})
+    @app.post("/score/batch", response_model=BatchResponse, openapi_extra=_openapi(BatchRequest), responses=ERRORS)
     async def score_batch(request: Request):
-        batch = _validate(BatchRequest, await _json_body(request, scfg.max_body_bytes))
+        batch = await body(request, BatchRequest)
         if not batch.items:
             raise HTTPError(422, "items is empty")
         if len(batch.items) > scfg.max_batch_items:
             raise HTTPError(413, f"{len(batch.items)} items; the limit is {scfg.max_batch_items} (score.max_batch_items)")
-        try:
-            outs = await _score(batch.items)
-        except Exception as e:  # noqa: BLE001
-            status, msg = _error(e)
-            raise HTTPError(status, msg) from None
+        outs = await _run(worker.submit(batch.items))
         results = [ItemError(status=_error(o)[0], error=_error(o)[1]) if isinstance(o, Exception) else o for o in outs]
         return JSONResponse(BatchResponse(results=results).model_dump(mode="json"))
 
-    @app.post("/score/stream", openapi_extra=_openapi(ScoreRequest), responses={400: {}, 413: {}, 422: {}, 503: {}})
+
+def _stream_route(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreConfig) -> None:
+    @app.post("/score/stream", openapi_extra=_openapi(ScoreRequest), responses=ERRORS)
     async def score_stream(request: Request, html: bool = False):
         """The backbone's answer to ``prompt`` as Server-Sent Events while it is generated: ``event: update``
         with a `StreamUpdate` (``{"update", "html"}`` with ``?html=1``), the last with ``done`` true;
         ``event: error`` with ``{"status", "detail"}`` if generation fails.  Bad input is a 4xx before any event."""
-        req = _validate(ScoreRequest, await _json_body(request, scfg.max_body_bytes))
+        req = _validate(ScoreRequest, await _json_body(request, scfg.max_body_bytes, scfg.body_timeout_s))
         if req.response is not None:
             raise HTTPError(422, "a stream scores the backbone's own answer as it is generated; "
                                  "POST /score scores a given response")
@@ -310,62 +213,67 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
 
         job = StreamJob(req.prompt, emit)
         worker.submit_stream(job)
-
-        async def sse():
-            from .views import fragment
-
-            try:
-                while (item := await events.get()) is not None:
-                    if isinstance(item, Exception):
-                        status, msg = _error(item)
-                        yield f"event: error\ndata: {json.dumps({'status': status, 'detail': msg})}\n\n"
-                        continue
-                    data = item.model_dump_json()
-                    if html:
-                        data = f'{{"update": {data}, "html": {json.dumps(fragment(item.result))}}}'
-                    yield f"event: update\ndata: {data}\n\n"
-            finally:  # the stream ended, or its client left: stop the generation
-                job.cancel.set()
-
-        return StreamingResponse(sse(), media_type="text/event-stream",
+        return StreamingResponse(_sse(events, job, html), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    @app.post("/refine", response_model=RefineResult, openapi_extra=_openapi(RefineRequest),
-              responses={400: {}, 413: {}, 422: {}, 503: {}})
+
+async def _sse(events: asyncio.Queue, job: StreamJob, html: bool):
+    """The stream's events as Server-Sent Events; when it ends or its client leaves, the generation stops."""
+    from .views import fragment
+
+    try:
+        while (item := await events.get()) is not None:
+            if isinstance(item, Exception):
+                status, msg = _error(item)
+                yield f"event: error\ndata: {json.dumps({'status': status, 'detail': msg})}\n\n"
+                continue
+            data = item.model_dump_json()
+            if html:
+                data = f'{{"update": {data}, "html": {json.dumps(fragment(item.result))}}}'
+            yield f"event: update\ndata: {data}\n\n"
+    finally:
+        job.cancel.set()
+
+
+def _refine_and_render_routes(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreConfig) -> None:
+    @app.post("/refine", response_model=RefineResult, openapi_extra=_openapi(RefineRequest), responses=ERRORS)
     async def refine(request: Request):
-        req = _validate(RefineRequest, await _json_body(request, scfg.max_body_bytes))
+        req = _validate(RefineRequest, await _json_body(request, scfg.max_body_bytes, scfg.body_timeout_s))
         try:
             check_refine(req.mode, uq.cfg.score.refine_threshold if req.threshold is None else req.threshold)
             uq.check(req.prompt, req.response)
-            out = await asyncio.wrap_future(worker.call(
-                lambda m: m.refine(req.prompt, req.response, mode=req.mode, threshold=req.threshold)))
-        except Exception as e:  # noqa: BLE001
-            status, msg = _error(e)
-            raise HTTPError(status, msg) from None
+        except InputError as e:
+            raise HTTPError(e.status, str(e)) from None
+        out = await _run(worker.call(lambda m: m.refine(req.prompt, req.response, mode=req.mode,
+                                                        threshold=req.threshold)))
         return JSONResponse(out.model_dump(mode="json"))
 
-    @app.post("/render", openapi_extra=_openapi(ScoreResult), responses={400: {}, 413: {}, 422: {}})
+    @app.post("/render", openapi_extra=_openapi(ScoreResult), responses={400: {}, 408: {}, 413: {}, 422: {}})
     async def render(request: Request):
         from .views import fragment
 
-        result = _validate(ScoreResult, await _json_body(request, 4 * scfg.max_body_bytes))
+        result = _validate(ScoreResult, await _json_body(request, 4 * scfg.max_body_bytes, scfg.body_timeout_s))
         return {"html": fragment(result)}
 
+
+def _info_routes(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreConfig) -> None:
     @app.get("/health")
     def health():
+        """What serves: the backbone, the probe (and how to choose another), the settings it scores with,
+        the queue, and the limits (``context_tokens``: the one context, the backbone's and llama.cpp's)."""
         return {"status": "ok", "backbone": uq.backbone_name, "probe": uq.probe_source, "checkpoint": str(uq.checkpoint),
+                "choose_probe": HOW_TO_CHOOSE, "probe_note": uq.probe_note,
+                "settings": uq.settings.describe() if uq.settings else None,
                 "generator": uq.generator, "queued": worker.q.qsize(), "batches": worker.batches,
-                "streams": worker.streams,
-                "validity_threshold": uq.threshold, "limits": {
-                    "max_body_bytes": scfg.max_body_bytes, "max_prompt_chars": uq.cfg.score.max_prompt_chars,
+                "streams": worker.streams, "validity_threshold": uq.threshold, "limits": {
+                    "max_body_bytes": scfg.max_body_bytes, "body_timeout_s": scfg.body_timeout_s,
+                    "max_prompt_chars": uq.cfg.score.max_prompt_chars,
                     "max_response_chars": uq.cfg.score.max_response_chars, "max_batch_items": scfg.max_batch_items,
                     "context_tokens": uq.max_context}}
 
     @app.get("/", response_class=HTMLResponse)
     def page():
         return (WEB / "index.html").read_text(encoding="utf-8")
-
-    return app
 
 
 def serve(uq: SpanUQ, host: str = "127.0.0.1", port: int = 8000) -> None:

@@ -97,12 +97,13 @@ def _scorable(uq, cap: StateCapture, text: str) -> tuple[str, int]:
     return "", 0
 
 
-def _score(uq, prompt: str, answer: str, cap: StateCapture, n: int) -> ScoreResult:
+def _score(uq, prompt: str, answer: str, cap: StateCapture, n: int, generator: str) -> ScoreResult:
+    """The answer so far scored as `score` scores it, said to be the backbone's (``generator``'s)."""
     out = uq.score_many([ScoreRequest(prompt=prompt, response=answer)], progress=False, return_errors=True,
                         states=[cap.item(n)])[0]
     if isinstance(out, Exception):
         raise out
-    return out
+    return out.model_copy(update={"answer_source": "generated", "generator": generator})
 
 
 def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, generator: str | None = None,
@@ -152,7 +153,7 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
             prefix, n = _scorable(uq, cap, answer)
             if n:
                 scored_n = n_gen
-                yield update(_score(uq, prompt, prefix, cap, n), False, t1)
+                yield update(_score(uq, prompt, prefix, cap, n, gen), False, t1)
     finally:
         source.close()
     gen_s = time.perf_counter() - t0
@@ -166,9 +167,9 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
     # the backbone's time beyond generation: the server path's whole capture, the hf path's re-read tokens
     backbone_s = cap.seconds if gen == "llamacpp" else cap.seconds - read_s
     n_gen = max(n_gen, len(cap.ids))
-    result = _score(uq, prompt, answer, cap, len(ids))
+    result = _score(uq, prompt, answer, cap, len(ids), gen)
     result = result.model_copy(update={
-        "answer_source": "generated", "generator": gen, "truncated": finish == "length",
+        "truncated": finish == "length",
         "timings": Timings(generate_s=round(gen_s, 4), backbone_s=round(backbone_s, 4), probe_s=result.timings.probe_s,
                            total_s=round(time.perf_counter() - t0, 4))})
     yield update(result, True, t1)

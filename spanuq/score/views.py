@@ -4,42 +4,59 @@
 
 A span is anything with character offsets and a score: ``(char_start, char_end, u)``.
 Colour runs from green (u = 0, confident) through amber to red (u = 1, likely wrong).
-Overlapping spans are drawn by their highest score per character.
+
+The probe may keep two spans that overlap or nest ('Nobel Prize' and 'Prize in Chemistry':
+their overlap is below the duplicate threshold), each with its own û.  Every view keeps them
+apart: spans are laid out on *tracks* (`tracks`: no two spans of one track overlap).  Track 0
+is drawn as a background highlight; a span on a later track is drawn as an underline in its
+own colour, inside its own brackets (``{…}``, then ``⟨…⟩``).  The plain terminal view brackets
+every span: ``[Nobel {Prize] in Chemistry}``.
 """
 from __future__ import annotations
 
 import html
 import re
-from typing import Iterable, Sequence
+from typing import Sequence
 
 Span = tuple[int, int, float]
+BRACKETS = [("[", "]"), ("{", "}"), ("⟨", "⟩")]  # per track; later tracks reuse the last pair
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-def _char_scores(text: str, spans: Iterable[Span]) -> list[float | None]:
-    scores: list[float | None] = [None] * len(text)
-    for start, end, u in spans:
-        for i in range(max(0, start), min(len(text), end)):
-            scores[i] = u if scores[i] is None else max(scores[i], u)
-    return scores
+def tracks(spans: Sequence[Span]) -> list[int]:
+    """The track of each span: the first track whose spans all end at or before it starts
+    (spans visited by start, longer first), so overlapping spans never share a track."""
+    order = sorted(range(len(spans)), key=lambda k: (spans[k][0], -spans[k][1]))
+    ends: list[int] = []  # the last end on each track
+    out = [0] * len(spans)
+    for k in order:
+        start, end, _ = spans[k]
+        t = next((i for i, e in enumerate(ends) if e <= start), len(ends))
+        if t == len(ends):
+            ends.append(end)
+        else:
+            ends[t] = end
+        out[k] = t
+    return out
 
 
-def _runs(text: str, spans: Iterable[Span]) -> list[tuple[str, float | None]]:
-    return [(chunk, s) for chunk, s, _ in _covered_runs(text, list(spans))]
+def _brackets(track: int) -> tuple[str, str]:
+    return BRACKETS[min(track, len(BRACKETS) - 1)]
 
 
-def _covered_runs(text: str, spans: Sequence[Span]) -> list[tuple[str, float | None, tuple[int, ...]]]:
-    """Maximal runs of characters covered by the same spans: (chunk, max score or None, span indices)."""
+def _covered_runs(text: str, spans: Sequence[Span]) -> list[tuple[int, int, tuple[int, ...]]]:
+    """Maximal runs [a, b) of characters covered by the same spans (indices, in span order)."""
     cover: list[list[int]] = [[] for _ in text]
     for k, (start, end, _) in enumerate(spans):
         for i in range(max(0, start), min(len(text), end)):
             cover[i].append(k)
-    runs: list[tuple[str, float | None, tuple[int, ...]]] = []
-    for ch, ks in zip(text, cover):
+    runs: list[tuple[int, int, tuple[int, ...]]] = []
+    for i, ks in enumerate(cover):
         key = tuple(ks)
-        if runs and runs[-1][2] == key:
-            runs[-1] = (runs[-1][0] + ch, runs[-1][1], key)
+        if runs and runs[-1][2] == key and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1, key)
         else:
-            runs.append((ch, max((spans[k][2] for k in key), default=None), key))
+            runs.append((i, i + 1, key))
     return runs
 
 
@@ -53,38 +70,87 @@ def colour(u: float) -> tuple[int, int, int]:
     return int(240 + t * (211 - 240)), int(173 - t * (173 - 47)), int(78 - t * (78 - 47))
 
 
-def to_terminal(text: str, spans: Sequence[Span]) -> str:
-    """ANSI 24-bit background colours, with the score after each span."""
-    out = []
-    for chunk, s in _runs(text, spans):
-        if s is None:
+def _rgb(u: float) -> str:
+    return ";".join(map(str, colour(u)))
+
+
+def _marks(spans: Sequence[Span], track: list[int], colour_on: bool, every: bool) -> dict[int, list[str]]:
+    """The brackets inserted before character i: closing ones (inner first), then opening ones.
+    ``every``: bracket track-0 spans too (the plain view); otherwise only the later tracks."""
+    closing: dict[int, list[tuple[int, str]]] = {}
+    opening: dict[int, list[tuple[int, str]]] = {}
+    for k, (start, end, u) in enumerate(spans):
+        if track[k] == 0 and not every:
+            continue
+        left, right = _brackets(track[k])
+        if colour_on:
+            left, right = (f"\x1b[1m\x1b[38;2;{_rgb(u)}m{c}\x1b[0m" for c in (left, right))
+        closing.setdefault(end, []).append((track[k], right))
+        opening.setdefault(start, []).append((track[k], left))
+    out: dict[int, list[str]] = {}
+    for i in set(closing) | set(opening):
+        out[i] = ([c for _, c in sorted(closing.get(i, []), reverse=True)]
+                  + [c for _, c in sorted(opening.get(i, []))])
+    return out
+
+
+def to_terminal(text: str, spans: Sequence[Span], colour_on: bool = True) -> str:
+    """The answer with its spans marked.  Colour: track 0 on its ANSI 24-bit background colour, later
+    tracks underlined in their colour (SGR 58) inside their brackets.  Plain: every span in brackets."""
+    spans = list(spans)
+    track = tracks(spans)
+    marks = _marks(spans, track, colour_on, every=not colour_on)
+    out: list[str] = []
+    for a, b, ks in _covered_runs(text, spans):
+        out.extend(marks.get(a, []))
+        chunk = text[a:b]
+        if not colour_on or not ks:
             out.append(chunk)
-        else:
-            r, g, b = colour(s)
-            out.append(f"\x1b[48;2;{r};{g};{b}m\x1b[38;2;0;0;0m{chunk}\x1b[0m")
+            continue
+        style = ""
+        first = [k for k in ks if track[k] == 0]
+        if first:
+            style += f"\x1b[48;2;{_rgb(spans[first[0]][2])}m\x1b[38;2;0;0;0m"
+        later = [k for k in ks if track[k] > 0]
+        if later:
+            style += f"\x1b[4m\x1b[58;2;{_rgb(max(spans[k][2] for k in later))}m"
+        out.append(f"{style}{chunk}\x1b[0m")
+    out.extend(marks.get(len(text), []))
     return "".join(out)
 
 
 def to_html(text: str, spans: Sequence[Span], title: str | None = None) -> str:
-    """An HTML fragment; hover a span for its score.  Each highlighted run carries
-    ``data-spans`` (the indices of the spans covering it) and ``data-u`` (their scores)."""
+    """An HTML fragment; hover a span for its score.  Each highlighted run carries ``data-spans``
+    (the indices of the spans covering it) and ``data-u`` (their scores); a track-0 span is its
+    background, a later-track span a 3px underline in its colour (``border-bottom``, then ``border-top``)."""
+    spans = list(spans)
+    track = tracks(spans)
     parts = []
-    for chunk, s, ks in _covered_runs(text, list(spans)):
-        if s is None:
-            parts.append(html.escape(chunk))
-        else:
-            r, g, b = colour(s)
-            us = " ".join(f"{spans[k][2]:.4f}" for k in ks)
-            tip = "; ".join(f"u = {spans[k][2]:.2f}" for k in ks)
-            parts.append(f'<span class="uq" style="background:rgba({r},{g},{b},0.55)" '
-                         f'data-spans="{" ".join(map(str, ks))}" data-u="{us}" title="{tip}">{html.escape(chunk)}</span>')
+    for a, b, ks in _covered_runs(text, spans):
+        chunk = html.escape(text[a:b])
+        if not ks:
+            parts.append(chunk)
+            continue
+        style = []
+        for k in ks:
+            r, g, bl = colour(spans[k][2])
+            if track[k] == 0:
+                style.append(f"background:rgba({r},{g},{bl},0.55)")
+            else:
+                side = "bottom" if track[k] == 1 else "top"
+                style.append(f"border-{side}:3px solid rgb({r},{g},{bl})")
+        us = " ".join(f"{spans[k][2]:.4f}" for k in ks)
+        tip = "; ".join(f"u = {spans[k][2]:.2f}" for k in ks)
+        parts.append(f'<span class="uq" style="{";".join(style)}" data-spans="{" ".join(map(str, ks))}" '
+                     f'data-u="{us}" title="{tip}">{chunk}</span>')
     head = f"<h3>{html.escape(title)}</h3>" if title else ""
-    return (f'<div class="spanuq" style="font-family:sans-serif;line-height:1.7;max-width:46em;white-space:pre-wrap">'
+    return (f'<div class="spanuq" style="font-family:sans-serif;line-height:1.9;max-width:46em;white-space:pre-wrap">'
             f'{head}<p>{"".join(parts)}</p></div>')
 
 
 # ------------------------------------------------------------------ views of a ScoreResult
 LEGEND = "û: 0 = the model would say this again, 1 = likely wrong"
+HOW_TO_CHOOSE = "choose with --model shipped | DIR | models:/spanuq-<backbone>@champion"
 
 
 def result_spans(result) -> list[Span]:
@@ -103,18 +169,11 @@ def terminal_view(result, colour_on: bool = True) -> str:
     """The answer with its spans coloured by û, a legend, then one line per span.
     ``colour_on=False``: plain text (spans marked ``[like this]``), for pipes and NO_COLOR."""
     spans = result_spans(result)
+    body = to_terminal(result.answer, spans, colour_on)
     if colour_on:
-        body = to_terminal(result.answer, spans)
-        bar = "".join(f"\x1b[48;2;{';'.join(map(str, colour(k / 19)))}m \x1b[0m" for k in range(20))
+        bar = "".join(f"\x1b[48;2;{_rgb(k / 19)}m \x1b[0m" for k in range(20))
         legend = f"0 {bar} 1   {LEGEND}"
     else:
-        marked: list[tuple[str, bool]] = []  # adjacent covered runs (overlapping spans) share one bracket
-        for chunk, s in _runs(result.answer, spans):
-            if marked and marked[-1][1] == (s is not None):
-                marked[-1] = (marked[-1][0] + chunk, marked[-1][1])
-            else:
-                marked.append((chunk, s is not None))
-        body = "".join(f"[{chunk}]" if covered else chunk for chunk, covered in marked)
         legend = LEGEND
     lines = [body, "", legend, f"answer score û_seq = {result.u_seq:.2f}   "
              f"{len(spans)} span{'s' * (len(spans) != 1)}   {result.n_tokens} tokens"
@@ -122,10 +181,14 @@ def terminal_view(result, colour_on: bool = True) -> str:
     for s in result.spans:
         lines.append(f"  {_chip(s.u, colour_on)}  {s.text!r}  chars {s.start}-{s.end}  ν {s.nu:.1f}")
     lines += [f"warning: {w}" for w in result.warnings]
+    if result.probe:
+        lines.append(probe_line(result.probe))
     return "\n".join(lines)
 
 
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+def probe_line(probe: str) -> str:
+    """Which probe scored, and how to choose another (every view says it)."""
+    return f"probe: {probe}; {HOW_TO_CHOOSE}"
 
 
 class LiveTerminal:
@@ -165,8 +228,9 @@ def fragment(result) -> str:
             f"{result.n_tokens} tokens · backbone {t.backbone_s:.2f} s, probe {t.probe_s:.3f} s"
             + (f", generation {t.generate_s:.2f} s" if t.generate_s is not None else ""))
     warnings = "".join(f'<p class="uq-warning" role="alert">warning: {html.escape(w)}</p>' for w in result.warnings)
+    probe = f'<p class="meta uq-probe">{html.escape(probe_line(result.probe))}</p>' if result.probe else ""
     return (f'<section class="spanuq-result">{warnings}{to_html(result.answer, result_spans(result))}'
-            f'<p class="meta">{meta}</p><ol class="uq-list">{items}</ol></section>')
+            f'<p class="meta">{meta}</p><ol class="uq-list">{items}</ol>{probe}</section>')
 
 
 def html_page(result) -> str:
@@ -202,16 +266,17 @@ def to_png(items: Sequence[tuple[str, str, Sequence[Span]]], path: str, width_ch
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    rows: list[tuple[str, object]] = []  # ("title", str) | ("text", (text, scores, ends, a, b)) | ("gap", None)
+    rows: list[tuple[str, object]] = []  # ("title", str) | ("text", (text, spans, track, ends, a, b)) | ("gap", None)
     for title, text, spans in items:
         text = text.replace("\n", " ")
-        scores = _char_scores(text, spans)
-        ends: dict[int, float] = {}
-        for start, end, u in spans:  # the score label goes after the span's last character
+        spans = list(spans)
+        track = tracks(spans)
+        ends: dict[int, list[float]] = {}
+        for start, end, u in spans:  # each span's score goes after its last character
             if 0 < end <= len(text):
-                ends[end - 1] = max(u, ends.get(end - 1, u))
+                ends.setdefault(end - 1, []).append(u)
         rows.append(("title", title))
-        rows.extend(("text", (text, scores, ends, a, b)) for a, b in wrap(text, width_chars))
+        rows.extend(("text", (text, spans, track, ends, a, b)) for a, b in wrap(text, width_chars))
         rows.append(("gap", None))
     rows.append(("key", None))
     pt_per_char, line_pt = 6.0, 21.0  # DejaVu Sans Mono at 10 pt advances 0.6 em
@@ -227,24 +292,26 @@ def to_png(items: Sequence[tuple[str, str, Sequence[Span]]], path: str, width_ch
         if kind == "title":
             ax.text(x0, y, row, fontsize=10, fontweight="bold", family="DejaVu Sans", va="center")
         elif kind == "text":
-            text, scores, ends, a, b = row
-            i = a
-            while i < b:  # one rectangle per run of equal score (no seams between characters)
-                j = i
-                while j < b and scores[j] == scores[i]:
-                    j += 1
-                if scores[i] is not None:
-                    r, g, bl = colour(scores[i])
-                    ax.add_patch(Rectangle((x0 + (i - a) * pt_per_char, y - 0.4 * line_pt), (j - i) * pt_per_char,
-                                           0.72 * line_pt, lw=0, color=(r / 255, g / 255, bl / 255), alpha=0.6))
-                i = j
+            text, spans, track, ends, a, b = row
+            for (start, end, u), t in zip(spans, track):  # track 0 behind the text, later tracks as underlines
+                lo, hi = max(a, start), min(b, end)
+                if lo >= hi:
+                    continue
+                r, g, bl = colour(u)
+                x, w = x0 + (lo - a) * pt_per_char, (hi - lo) * pt_per_char
+                if t == 0:
+                    ax.add_patch(Rectangle((x, y - 0.4 * line_pt), w, 0.72 * line_pt, lw=0,
+                                           color=(r / 255, g / 255, bl / 255), alpha=0.6))
+                else:
+                    ax.add_patch(Rectangle((x, y + (0.26 + 0.1 * t) * line_pt), w, 0.08 * line_pt, lw=0,
+                                           color=(r / 255, g / 255, bl / 255)))
             for i in range(a, b):  # characters placed one by one, so text and colour stay aligned
                 x = x0 + (i - a) * pt_per_char
                 if not text[i].isspace():
                     ax.text(x + pt_per_char / 2, y, text[i], fontsize=10, family="DejaVu Sans Mono", va="center",
                             ha="center")
                 if i in ends:
-                    ax.text(x + pt_per_char, y - 0.42 * line_pt, f"{ends[i]:.2f}", fontsize=5.5,
+                    ax.text(x + pt_per_char, y - 0.42 * line_pt, " ".join(f"{u:.2f}" for u in ends[i]), fontsize=5.5,
                             family="DejaVu Sans", va="center", ha="left", color="#333333")
         elif kind == "key":
             steps = 40

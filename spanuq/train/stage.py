@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..config import Config
+from ..config import Config, scoring_settings
 from ..metrics.ece import fit_temperature
 from ..metrics.uq import metric_value
 from ..evaluate.scoring import all_span_scores, evaluate_predictions
@@ -279,6 +279,7 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
         save_checkpoint(model, cfg.probe, train[0].h.shape[1], paths.probe, calibration,
                         extra={"backbone": cfg.backbone.name, "layers": fused_layers(cfg),
                                "system_prompt": cfg.backbone.system_prompt,
+                               "scoring": scoring_settings(cfg),  # what SpanUQ.load scores it with
                                "best_epoch": info["best_epoch"], "dev_auroc": dev_auroc,
                                # the answers' budget (none was longer): longer ones are read in windows of it
                                "window_tokens": cfg.generate.max_new_tokens})
