@@ -100,3 +100,63 @@ def test_stored_thresholds_are_tied_to_the_weights(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"weights two")  # the probe was retrained
     with pytest.raises(ValueError, match="fitted for the probe with weights sha256"):
         store.load(tmp_path, "factuality", 0.1)
+
+
+def test_calibrate_command_fits_on_the_shipped_test_split(tmp_path, repo_root):
+    """`spanuq calibrate` as a user runs it: the shipped probe's stored test split (40 answers here)."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "conformal.json"
+    r = subprocess.run([sys.executable, "-m", "spanuq.cli", "calibrate", "--model", "shipped", "--limit", "40",
+                        "--alpha", "0.1", "0.2", "--guarantee", "factuality", "fdr", "--out", str(out), "--check", "20",
+                        "--json"], capture_output=True, text=True, timeout=900, cwd=repo_root,
+                       env={**os.environ, "PYTHONPATH": str(repo_root)})
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["n_answers"] == 40 and got["n_claims"] > 40 and len(got["rows"]) == 4
+    for row in got["rows"]:
+        assert row["splits"]["n_splits"] == 20 and 0 <= row["calibration"]["kept_share"] <= 1
+        if row["guarantee"] == "factuality":
+            assert row["bound"] == math.floor(row["alpha"] * 41) / 41
+    doc = json.loads(out.read_text())
+    assert doc["fitted_on"]["n_answers"] == 40 and len(doc["thresholds"]) == 4
+    assert doc["probe_sha256"] == json.loads((repo_root / "spanuq/probes/smollm2-135m/card.json").read_text()
+                                             )["weights"]["sha256"]
+
+
+def test_a_conformal_threshold_flags_spans_and_drop_keeps_only_what_it_covers(scorer, tmp_path):
+    """score.conformal_alpha: every result says which spans are above the fitted threshold, and
+    refine --mode drop keeps only the sentences the guarantee covers (nothing when it holds the answer back)."""
+    import shutil
+
+    from spanuq import SpanUQ
+    from spanuq.conformal.claims import claims_of, shipped_examples
+    from spanuq.model.checkpoint import load_checkpoint
+    from spanuq.score.shipped import shipped_dir
+
+    probe = tmp_path / "probe"
+    shutil.copytree(scorer.checkpoint, probe)
+    shutil.copy(shipped_dir("smollm2-135m") / "test_split.jsonl", probe)  # labelled answers to fit on
+    uq0 = SpanUQ(load_checkpoint(probe), scorer.cfg, scorer.model, scorer.tok, probe, threshold=scorer.threshold)
+    answers = claims_of(uq0, shipped_examples(uq0, limit=30))
+    fitted = [fit(answers, "factuality", a) for a in (0.1, 0.5)]
+    store.write(probe, [(f, outcome(answers, f.threshold)) for f in fitted], {"source": "test", "n_answers": 30},
+                0.5, 0.3)
+    for f in fitted:
+        cfg = scorer.cfg.model_copy(update={"score": scorer.cfg.score.model_copy(
+            update={"conformal_alpha": f.alpha})})
+        uq = SpanUQ(load_checkpoint(probe), cfg, scorer.model, scorer.tok, probe, threshold=scorer.threshold)
+        r = uq.score("What is the capital of Australia?", response="Canberra is the capital of Australia. It was "
+                                                                   "founded in 1913. Its lake is named after Griffin.")
+        c = r.conformal
+        lam = -1 if f.threshold is None else f.threshold
+        assert c.threshold == f.threshold and c.flagged == [k for k, s in enumerate(r.spans) if s.u > lam]
+        assert c.abstain == (r.u_seq > lam)
+        refined = uq.refine(r.prompt, r.answer, mode="drop")
+        if c.abstain:
+            assert refined.answer == "" and refined.after is None
+        else:  # every span left in the refined answer is under the threshold
+            assert all(s.u_before <= lam for s in refined.spans if s.action == "kept")
+            assert {s.start for s in refined.spans if s.action == "dropped"} >= {r.spans[k].start for k in c.flagged}

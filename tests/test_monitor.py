@@ -23,7 +23,7 @@ def test_report_counts_every_row_and_groups_by_metadata(scorer, tmp_path):
     from spanuq.monitor.run import run_monitor
 
     src = tmp_path / "answers.jsonl"
-    n = write_answers(src, n_generated=24, n_templated=24, extra=BAD)
+    n = write_answers(src, n_generated=16, n_templated=16, extra=BAD)
     report = run_monitor(scorer, src, tmp_path / "out", progress=False)
     m, o, st = report["meta"], report["overall"], report["status"]
     assert m["rows"] == n and m["errors"] == 3  # not UTF-8, no response, the prompt limit
@@ -56,7 +56,7 @@ def _monitor(src: Path, out: Path, probe_dir: Path, env: dict, batch: int) -> su
 
 def test_a_crash_mid_way_loses_nothing_and_the_rerun_resumes(probe_dir, tmp_path, repo_root):
     src = tmp_path / "answers.jsonl"
-    n = write_answers(src, n_generated=40, n_templated=40)
+    n = write_answers(src, n_generated=24, n_templated=24)
     out = tmp_path / "report"
     env = {**os.environ, "PYTHONPATH": str(repo_root)}
     p = _monitor(src, out, probe_dir, env, batch=4)

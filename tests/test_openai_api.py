@@ -176,8 +176,12 @@ def test_errors_have_openai_shape_and_the_service_stays_up(backbone_service):
             {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}]}])
     with pytest.raises(openai.BadRequestError, match="no user message"):
         c.chat.completions.create(model=BACKBONE, messages=[{"role": "system", "content": "Be brief."}])
-    with pytest.raises(openai.BadRequestError, match="context"):
+    with pytest.raises(openai.BadRequestError, match="max_prompt_chars") as e:
         c.chat.completions.create(model=BACKBONE, messages=[{"role": "user", "content": "word " * 7000}])
+    assert e.value.code == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError, match="exceeds the context") as e:
+        c.chat.completions.create(model=BACKBONE, messages=[{"role": "user", "content": "Hi"}], max_tokens=100_000)
+    assert e.value.code == "context_length_exceeded"
     with pytest.raises(openai.BadRequestError, match="tool"):
         c.chat.completions.create(model=BACKBONE, messages=[{"role": "user", "content": "Hi"}],
                                   tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
@@ -270,9 +274,10 @@ def test_upstream_empty_answer_is_unverified_not_clean(upstream_service):
 
 def test_upstream_errors_pass_through_in_openai_shape(upstream_service):
     url, _ = upstream_service
-    with pytest.raises(openai.UnprocessableEntityError, match="upstream refused"):  # llama.cpp's own 422
-        client(url).chat.completions.create(model="smollm2", messages=[{"role": "user", "content": PROMPT}],
-                                            extra_body={"top_k": -1})
+    digits = " ".join(str(i % 10) for i in range(3000))  # ~3,000 tokens: within SpanUQ's limits, past llama.cpp's n_ctx
+    with pytest.raises(openai.BadRequestError, match="upstream refused") as e:
+        client(url).chat.completions.create(model="smollm2", messages=[{"role": "user", "content": digits}])
+    assert e.value.code == "context_length_exceeded"  # llama.cpp's own 400, passed on
 
 
 def test_upstream_stream_client_leaves_and_the_next_request_succeeds(upstream_service):

@@ -28,7 +28,7 @@ def test_an_empty_answer_is_unverified_everywhere(scorer, capsys):
     assert r.spans == [] and r.u_seq is None and r.n_tokens == 0
     from spanuq.score.views import fragment, terminal_view
 
-    assert "UNVERIFIED" in terminal_view(r, colour_on=False) and "answer score" not in terminal_view(r, False)
+    assert "UNVERIFIED" in terminal_view(r, colour_on=False) and "û_seq =" not in terminal_view(r, False)
     assert "unverified" in fragment(r).lower()
     with scoring_service(scorer) as (url, _):
         import httpx
@@ -77,13 +77,15 @@ def test_a_window_that_cannot_be_read_is_reported_and_the_rest_scored(scorer):
     item = extract_batch(scorer.model, scorer.tok, [chat], [ids], scorer.layers, scorer.out_dtype)[0]
     whole = scorer.score(prompt, response=long)
     assert whole.windows >= 3 and whole.status == "scored"
-    item.h[len(ids) // 2] = float("nan")
+    item.h = item.h.clone()
+    item.h[5] = float("nan")  # in the first window only
     r = scorer.score_many([{"prompt": prompt, "response": long}], progress=False, states=[item])[0]
     assert r.status == "unverified" and codes(r) == ["window_failed"]
     where = r.status_reasons[0].message
     assert f"of the answer's {whole.windows} windows" in where
-    mid = offsets[len(ids) // 2][0]
-    assert not any(s.start <= mid < s.end for s in r.spans) and r.spans and r.u_seq is not None
+    bad = offsets[5][0]
+    assert f"1 of the answer's {whole.windows} windows" in where and "characters 0-" in where
+    assert not any(s.start <= bad < s.end for s in r.spans) and r.spans and r.u_seq is not None
 
 
 def test_probe_backbone_mismatch_rules():

@@ -44,17 +44,17 @@ def claims_of(uq, examples: list[ResponseExample]) -> list[AnswerClaims]:
     return out
 
 
-def shipped_examples(uq) -> list[ResponseExample]:
-    """The labelled test answers stored with ``uq``'s probe, their states re-extracted."""
+def shipped_examples(uq, limit: int | None = None) -> list[ResponseExample]:
+    """The labelled test answers stored with ``uq``'s probe (the first ``limit``), their states re-extracted."""
     from ..score.shipped import TEST_SPLIT, test_examples
 
     if not (uq.checkpoint / TEST_SPLIT).exists():
         raise FileNotFoundError(f"{uq.checkpoint} has no {TEST_SPLIT} (only a shipped probe stores its test split); "
                                 "calibrate on a pipeline data folder: --data <paths.data>")
-    return test_examples(uq.checkpoint, uq.model, uq.tok, uq.layers, uq.cfg.extract.dtype)
+    return test_examples(uq.checkpoint, uq.model, uq.tok, uq.layers, uq.cfg.extract.dtype, limit=limit)
 
 
-def folder_examples(cfg, split: str) -> list[ResponseExample]:
+def folder_examples(cfg, split: str, limit: int | None = None) -> list[ResponseExample]:
     """The labelled answers of ``split`` in the pipeline data folder of ``cfg`` (``paths.data``)."""
     from ..features.dataset import load_examples
     from ..pipeline.paths import StagePaths
@@ -63,7 +63,7 @@ def folder_examples(cfg, split: str) -> list[ResponseExample]:
     if not paths.labels.exists() or not paths.features.exists():
         raise FileNotFoundError(f"{paths.root}: no labels and "
                                 "states; run `spanuq prompts/generate/label/extract` with this paths.data first")
-    out = load_examples(paths.features, paths.labels, (split,))
+    out = load_examples(paths.features, paths.labels, (split,))[:limit]
     if not out:
         raise ValueError(f"no labelled {split} answers in {paths.labels}")
     return out

@@ -37,18 +37,19 @@ def add_calibrate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check-data", default=None, metavar="DIR",
                    help="also measure the thresholds on the labelled --check-split of another data folder")
     p.add_argument("--check-split", default="test")
+    p.add_argument("--limit", type=int, default=None, help="use the first N labelled answers only (a quick look)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
 
 
-def _examples(uq, cfg, data: str, split: str):
+def _examples(uq, cfg, data: str, split: str, limit: int | None = None):
     from .claims import folder_examples, shipped_examples
 
     if data == "shipped":
-        return shipped_examples(uq), f"test split stored with the probe ({uq.checkpoint})"
+        return shipped_examples(uq, limit), f"test split stored with the probe ({uq.checkpoint})"
     folder_cfg = cfg.model_copy(update={"paths": cfg.paths.model_copy(update={"data": data}),
                                         "backbone": uq.cfg.backbone})
-    return folder_examples(folder_cfg, split), f"{data} ({split} split)"
+    return folder_examples(folder_cfg, split, limit), f"{data} ({split} split)"
 
 
 def run_calibrate(args, cfg) -> int:
@@ -56,10 +57,9 @@ def run_calibrate(args, cfg) -> int:
     from . import store
     from .claims import claims_of
 
-    args.generator, args.threshold = None, None
-    uq = load_uq(args, cfg)
+    uq = load_uq(argparse.Namespace(model=args.model, generator=None, threshold=None, override=args.override), cfg)
     try:
-        examples, source = _examples(uq, cfg, args.data, args.split)
+        examples, source = _examples(uq, cfg, args.data, args.split, args.limit)
         answers = claims_of(uq, examples)
         other = None
         if args.check_data:

@@ -27,7 +27,9 @@ def scoring_identity(uq) -> dict:
     return {"probe": sha256_file(uq.checkpoint / "model.safetensors"), "calibration": uq.calibration.as_dict(),
             "backbone": uq.backbone_name, "layers": list(uq.layers), "window": uq.window,
             "languages": list(uq.cfg.score.languages or []), "system_prompt": uq.system_prompt,
-            "dtype": uq.cfg.extract.dtype, "schema": ScoreResult.model_fields["schema_version"].default}
+            "dtype": uq.cfg.extract.dtype, "schema": ScoreResult.model_fields["schema_version"].default,
+            "conformal": None if uq.guarantee is None else [uq.guarantee.guarantee, uq.guarantee.alpha,
+                                                            uq.guarantee.delta, uq.guarantee.threshold]}
 
 
 def answer_key(identity: dict, prompt: str, response: str) -> str:

@@ -18,7 +18,7 @@ def add_monitor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, metavar="DIR|URI", help="the probe (as `spanuq score --model`)")
     p.add_argument("--conformal-alpha", type=float, default=None,
                    help="uncertain = above the probe's conformal threshold for this α (spanuq calibrate)")
-    p.add_argument("--guarantee", choices=["factuality", "fdr"], default="factuality")
+    p.add_argument("--guarantee", choices=["factuality", "fdr"], default=None)
     p.add_argument("--delta", type=float, default=None, help="fdr: the δ of the fitted threshold")
 
 
@@ -27,15 +27,13 @@ def run_monitor_command(args, cfg) -> int:
     from .run import run_monitor, set_threads, summary
 
     threshold, source = args.threshold, None
-    args.generator, args.threshold = None, None
+    if args.conformal_alpha is not None and threshold is not None:
+        raise ValueError("give --threshold or --conformal-alpha, not both")
+    args.generator, args.threshold = None, None  # (the validity threshold stays the probe's)
     set_threads()
     with load_uq(args, cfg) as uq:
-        if args.conformal_alpha is not None:
-            if threshold is not None:
-                raise ValueError("give --threshold or --conformal-alpha, not both")
-            from ..conformal import store
-
-            g = store.load(uq.checkpoint, args.guarantee, args.conformal_alpha, args.delta)
+        g = uq.guarantee
+        if g is not None:  # --conformal-alpha: uncertain means above the fitted threshold
             threshold = -1.0 if g.threshold is None else g.threshold
             source = f"conformal {g.guarantee}, α = {g.alpha}: {g.statement()}"
         report = run_monitor(uq, args.file, args.out, by=args.by.split(",") if args.by else None, threshold=threshold,

@@ -62,6 +62,8 @@ def _greedy_only(req: ChatRequest) -> None:
 
 
 def _check_context(uq, chat: str, budget: int, limit: int | None) -> int:
+    """The conversation's tokens; a 400 when it and the answer's budget pass the context (the backbone's,
+    which the managed llama.cpp server is started with)."""
     n_prompt = len(uq.tok(chat, add_special_tokens=False)["input_ids"])
     for ctx in (uq.max_context, limit):
         if ctx and n_prompt + budget > ctx:
@@ -96,7 +98,6 @@ def _backbone_failed(uq, e: Exception) -> OpenAIError:
 def backbone_complete(uq, req: ChatRequest, chat: str) -> Completion:
     """The backbone's answer (runs on the worker thread, which owns the model)."""
     from ...llm.states import generate_with_states
-    from ..scorer import LLAMACPP_CTX
 
     budget = req.budget() or uq.cfg.score.max_new_tokens
     if uq._resolve_generator() == "hf":
@@ -105,7 +106,7 @@ def backbone_complete(uq, req: ChatRequest, chat: str) -> Completion:
         stops = list(uq.cfg.generate.stop or []) + list(req.stop or [])
         g = generate_with_states(uq.model, uq.tok, chat, uq.layers, budget, uq.out_dtype, stop=stops)
         return Completion(g.text, "length" if g.truncated else "stop", len(g.token_ids), n_prompt, item=g.item)
-    n_prompt = _check_context(uq, chat, budget, LLAMACPP_CTX)
+    n_prompt = _check_context(uq, chat, budget, None)
     client = _server(uq)
     try:
         data = client.client.post("completions", {"model": client.model, **backbone_payload(uq, req, chat)})
@@ -118,9 +119,7 @@ def backbone_complete(uq, req: ChatRequest, chat: str) -> Completion:
 
 def backbone_text(uq, req: ChatRequest, chat: str) -> Iterator[tuple[str, str | None]]:
     """The managed server's answer as it is generated (llama.cpp generator only; hf streams via `score_stream`)."""
-    from ..scorer import LLAMACPP_CTX
-
-    _check_context(uq, chat, req.budget() or uq.cfg.score.max_new_tokens, LLAMACPP_CTX)
+    _check_context(uq, chat, req.budget() or uq.cfg.score.max_new_tokens, None)
     client = _server(uq)
     payload = {"model": client.model, **backbone_payload(uq, req, chat)}
     try:
@@ -221,10 +220,13 @@ def upstream_error(e: Exception) -> OpenAIError:
     status, body = getattr(e, "status", None), getattr(e, "body", None)
     if status is not None and 400 <= status < 500 and status not in (408, 429):
         try:
-            msg = _message(json.loads(body))
-        except (TypeError, ValueError):
-            msg = (body or str(e))[:300]
-        return OpenAIError(status, f"the upstream refused the request: {msg}", "upstream_error")
+            data = json.loads(body)
+            msg = _message(data)
+            err = data.get("error") if isinstance(data, dict) else None
+            code = (err.get("code") if isinstance(err, dict) else None) or "upstream_error"
+        except (TypeError, ValueError, AttributeError):
+            msg, code = (body or str(e))[:300], "upstream_error"
+        return OpenAIError(status, f"the upstream refused the request: {msg}", code)
     return OpenAIError(502, f"the upstream failed: {e}", "upstream_error")
 
 

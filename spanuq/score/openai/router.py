@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from ..errors import GenerationError, InputError
 from ..schema import ScoreRequest, ScoreResult
 from ..status import AnsweredBy, StatusCheck, assess
+from ..worker import QueueFull, StreamJob
 from .conversation import Conversation, conversation, visible
 from .engines import Upstream, backbone_complete, backbone_text
 from .records import (ChatRequest, OpenAIError, ProbeInfo, chunk, completion, completion_id, extension, model_card,
@@ -89,11 +90,14 @@ def _openai_error(e: BaseException) -> OpenAIError:
         return OpenAIError(413 if e.status == 413 else 400, str(e), code)
     if isinstance(e, GenerationError):
         return OpenAIError(503, str(e), "backbone_unavailable")
+    if isinstance(e, QueueFull):
+        return OpenAIError(503, str(e), "service_busy")
     return OpenAIError(500, f"internal error: {type(e).__name__}: {e}", "internal_error")
 
 
-class ChatStreamJob:
-    """One streamed completion, run by the worker thread: chunks (dicts), then None, go to ``emit``."""
+class ChatStreamJob(StreamJob):
+    """One streamed completion, run by the worker thread (in its turn, alone, as every stream):
+    chunks (dicts), then None, go to ``emit``; ``cancel`` (set when the client leaves) stops it."""
 
     def __init__(self, req: ChatRequest, body: dict, conv: Conversation, upstream: Upstream | None, probe: ProbeInfo,
                  served_model: str, emit, cancel: threading.Event | None = None):
@@ -201,13 +205,10 @@ def _until(source, stops: list[str]):
 def install(app: FastAPI, uq, worker, scfg, upstream: Upstream | None = None, probe_source: str | None = None,
             json_body=None) -> None:
     """Add the ``/v1`` routes to ``app`` (the service of `create_app`)."""
-    from ..service import HTTPError, StreamJob
+    from ..service import HTTPError
 
     probe = probe_info(uq, probe_source)
     served = uq.backbone_name
-
-    class Job(ChatStreamJob, StreamJob):  # the worker runs a StreamJob alone, in its turn
-        pass
 
     @app.exception_handler(OpenAIError)
     async def _openai_error_handler(request: Request, e: OpenAIError):
@@ -217,7 +218,7 @@ def install(app: FastAPI, uq, worker, scfg, upstream: Upstream | None = None, pr
 
     async def read(request: Request) -> tuple[ChatRequest, dict]:
         try:
-            body = await json_body(request, scfg.max_body_bytes)
+            body = await json_body(request, scfg.max_body_bytes, scfg.body_timeout_s)
         except HTTPError as e:
             raise OpenAIError(e.status, e.message, "invalid_body") from None
         if not isinstance(body, dict):
@@ -310,11 +311,11 @@ def install(app: FastAPI, uq, worker, scfg, upstream: Upstream | None = None, pr
             except RuntimeError:  # the event loop has closed (shutdown): nobody is listening
                 job.cancel.set()
 
-        job = Job(req, body, conv, upstream, probe, served if upstream is None else req.model, emit)
+        job = ChatStreamJob(req, body, conv, upstream, probe, served if upstream is None else req.model, emit)
         try:
             worker.submit_stream(job)
-        except HTTPError as e:
-            raise OpenAIError(e.status, e.message, "service_busy") from None
+        except QueueFull as e:
+            raise OpenAIError(503, str(e), "service_busy") from None
 
         async def sse():
             try:
