@@ -46,7 +46,7 @@ def _examples(uq, cfg, data: str, split: str, limit: int | None = None):
     from .claims import folder_examples, shipped_examples
 
     if data == "shipped":
-        return shipped_examples(uq, limit), f"test split stored with the probe ({uq.checkpoint})"
+        return shipped_examples(uq, limit), f"test split stored with the probe ({uq.checkpoint.name}/test_split.jsonl)"
     folder_cfg = cfg.model_copy(update={"paths": cfg.paths.model_copy(update={"data": data}),
                                         "backbone": uq.cfg.backbone})
     return folder_examples(folder_cfg, split, limit), f"{data} ({split} split)"
