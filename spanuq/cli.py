@@ -7,7 +7,10 @@
     spanuq llama-server --port 8080       # the shipped GGUF behind an OpenAI-compatible API
     spanuq score "Who was Marie Curie?"   # the answer with its likely-wrong spans (docs/score.md)
     spanuq refine "Who was Marie Curie?"  # regenerate (or --mode drop|flag) the spans likely wrong
-    spanuq serve                          # HTTP API + web page on 127.0.0.1:8000
+    spanuq serve                          # HTTP API + web page + OpenAI-compatible /v1 on 127.0.0.1:8000
+    spanuq serve --upstream http://127.0.0.1:8080/v1   # /v1 answered by that server, scored here
+    spanuq calibrate --alpha 0.1          # a conformal threshold on û, stored with the probe
+    spanuq monitor answers.jsonl          # a report over many answers (HTML + JSON), resumable
     spanuq registry import-shipped        # the shipped probe as a version of spanuq-<backbone> (MLflow)
     spanuq bench mushroom --split val     # human span labels (Mu-SHROOM), beside the controls
 
@@ -71,7 +74,14 @@ def _product_commands(sub) -> None:
 
     add_score_args(_command(sub, "score", "score an answer: spans likely wrong, with calibrated uncertainty"))
     add_refine_args(_command(sub, "refine", "act on uncertain spans: flag, drop or regenerate them (before/after û)"))
-    add_serve_args(_command(sub, "serve", "HTTP service (POST /score) and web page"))
+    add_serve_args(_command(sub, "serve", "HTTP service (POST /score, OpenAI-compatible /v1) and web page"))
+    from .conformal.command import add_calibrate_args
+    from .monitor.command import add_monitor_args
+
+    add_calibrate_args(_command(sub, "calibrate", "fit a threshold on û with a conformal guarantee at level α "
+                                                  "(docs/guarantees.md)"))
+    add_monitor_args(_command(sub, "monitor", "score a file of answers and report where the doubt is (HTML + "
+                                              "JSON, resumable)"))
     sp = _command(sub, "llama-server", "serve the backbone's shipped GGUF (llama.cpp, OpenAI-compatible)")
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=8080)
@@ -147,6 +157,18 @@ def _serve(args, cfg) -> int:
     return run_serve(args, cfg)
 
 
+def _calibrate(args, cfg) -> int:
+    from .conformal.command import run_calibrate
+
+    return run_calibrate(args, cfg)
+
+
+def _monitor(args, cfg) -> int:
+    from .monitor.command import run_monitor_command
+
+    return run_monitor_command(args, cfg)
+
+
 def _llama_server(args, cfg) -> int:
     import time
 
@@ -165,7 +187,7 @@ def _llama_server(args, cfg) -> int:
 
 HANDLERS = {**{name: _stage for name in STAGES}, "config": _config, "probe-layers": _probe_layers,
             "ablate": _ablate, "registry": _registry, "bench": _bench, "score": _score, "refine": _refine,
-            "serve": _serve, "llama-server": _llama_server}
+            "serve": _serve, "llama-server": _llama_server, "calibrate": _calibrate, "monitor": _monitor}
 
 
 def main(argv: list[str] | None = None) -> int:

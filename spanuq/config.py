@@ -371,6 +371,12 @@ class ScoreConfig(_Section):
     refine_candidates: int = 4
     refine_max_new_tokens: int = 48
     refine_max_regions: int = 3
+    # a conformal threshold fitted by `spanuq calibrate` (conformal.json beside the probe): when conformal_alpha is
+    # set, every result says which spans lie above the threshold of this guarantee and α (and δ for fdr), and
+    # refine's drop mode uses it (docs/guarantees.md); None: no conformal threshold
+    conformal_alpha: float | None = None
+    conformal_guarantee: Literal["factuality", "fdr"] = "factuality"
+    conformal_delta: float | None = None
     # HTTP service
     host: str = "127.0.0.1"
     port: int = 8000

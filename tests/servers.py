@@ -98,9 +98,10 @@ def run_json(args: list[str], env: dict) -> dict:
 
 
 @contextmanager
-def scoring_service(uq, **score):
+def scoring_service(uq, upstream=None, **score):
     """`spanuq serve`'s app around ``uq`` in a real uvicorn server on a free loopback port: yields (url, app).
-    ``score``: settings of the service that differ from ``uq.cfg.score`` (``body_timeout_s=2``)."""
+    ``score``: settings of the service that differ from ``uq.cfg.score`` (``body_timeout_s=2``);
+    ``upstream``: the OpenAI-compatible server that answers (`spanuq serve --upstream`)."""
     import threading
 
     import httpx
@@ -108,7 +109,7 @@ def scoring_service(uq, **score):
 
     from spanuq.score.service import create_app
 
-    app = create_app(uq, uq.cfg.score.model_copy(update=score) if score else None)
+    app = create_app(uq, uq.cfg.score.model_copy(update=score) if score else None, upstream=upstream)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -56,8 +56,9 @@ def test_the_score_of_a_french_answer_carries_a_warning(scorer):
     assert french.spans  # scored all the same: nothing is lost
     [warning] = french.warnings
     assert "French (fr)" in warning and "trained on English" in warning
-    assert f"warning: {warning}" in terminal_view(french, colour_on=False)
-    assert 'class="uq-warning"' in fragment(french)
+    assert french.status == "unverified" and french.status_reasons[0].code == "language"  # not judged: says so
+    assert f"unverified (language): {warning}" in terminal_view(french, colour_on=False)
+    assert 'class="uq-warning uq-unverified"' in fragment(french)
     assert json.loads(french.model_dump_json())["warnings"] == [warning]
     english = scorer.score("Who was Nietzsche?", response=ENGLISH[0])
     assert english.warnings == [] and "warning" not in terminal_view(english, colour_on=False)

@@ -71,8 +71,8 @@ def test_bad_input_is_a_clear_error_and_the_rest_of_a_batch_is_scored(scorer):
     with pytest.raises(InputError, match="max_prompt_chars") as e:
         scorer.score("x" * 100_000)
     assert e.value.status == 413
-    with pytest.raises(InputError, match="response is empty"):
-        scorer.score("Who?", response="")
+    empty = scorer.score("Who?", response="")  # an empty answer is not an error: it is unverified, never "clean"
+    assert empty.status == "unverified" and empty.status_reasons[0].code == "empty_answer" and empty.u_seq is None
     with pytest.raises(InputError, match="max_response_chars") as e:  # the hard limit on characters stays
         scorer.score("Who?", response="word " * 25_000)  # (longer than the context is read in chunks: test_windows)
     assert e.value.status == 413

@@ -50,7 +50,8 @@ def test_score_file_records_row_errors_and_scores_the_rest(probe_dir, repo_root,
     assert got[3]["result"]["spans"] and got[3]["result"]["warnings"] == []
     assert got[4] == {"line": 5, "error": "not UTF-8 text (invalid continuation byte at byte 21 of the line)"}
     assert "French" in got[5]["result"]["warnings"][0]  # scored, and it says so
-    assert "3 of 6 rows scored, 3 errors recorded, 1 with warnings" in capsys.readouterr().err
+    assert got[5]["result"]["status"] == "unverified"
+    assert "3 of 6 rows scored, 3 errors recorded, 1 unverified" in capsys.readouterr().err
 
 
 def test_terminal_view_colours_only_when_asked(scorer):

@@ -30,11 +30,12 @@ class EndpointError(RuntimeError):
 
     ``transient`` is True when the same request may well succeed later (timeouts,
     429 / 5xx or a reply that is not JSON, after every retry): such a failure must
-    never be cached as a result."""
+    never be cached as a result.  ``status`` and ``body``: the HTTP status and body the server
+    answered with, if it did."""
 
-    def __init__(self, message: str, transient: bool = False):
+    def __init__(self, message: str, transient: bool = False, status: int | None = None, body: str | None = None):
         super().__init__(message)
-        self.transient = transient
+        self.transient, self.status, self.body = transient, status, body
 
 
 @dataclass
@@ -126,7 +127,8 @@ class OpenAIClient:
                 continue
             if r.status_code >= 400:
                 self.stats.failures += 1
-                raise EndpointError(f"{url} answered HTTP {r.status_code}: {r.text[:300]}")
+                raise EndpointError(f"{url} answered HTTP {r.status_code}: {r.text[:300]}", status=r.status_code,
+                                    body=r.text)
             try:
                 data = r.json()
             except ValueError:  # a proxy's HTML error page, a cut-off body: try again
@@ -138,7 +140,8 @@ class OpenAIClient:
             self.stats.add_usage(data.get("usage"))
             return data
         self.stats.failures += 1
-        raise EndpointError(f"{url}: gave up after {self.max_retries + 1} attempts (last: {last})", transient=True)
+        raise EndpointError(f"{url}: gave up after {self.max_retries + 1} attempts (last: {last})", transient=True,
+                            status=r.status_code if last.startswith("HTTP") else None)
 
     def stream(self, path: str, payload: dict[str, Any]):
         """POST with ``"stream": true``: yields each Server-Sent Event's JSON object as it arrives,
@@ -150,8 +153,9 @@ class OpenAIClient:
             with self._http.stream("POST", url, json={**payload, "stream": True}) as r:
                 if r.status_code >= 400:
                     self.stats.failures += 1
-                    raise EndpointError(f"{url} answered HTTP {r.status_code}: {r.read()[:300]!r}",
-                                        transient=r.status_code in RETRYABLE_STATUS)
+                    body = r.read().decode("utf-8", "replace")
+                    raise EndpointError(f"{url} answered HTTP {r.status_code}: {body[:300]!r}",
+                                        transient=r.status_code in RETRYABLE_STATUS, status=r.status_code, body=body)
                 for line in r.iter_lines():
                     if not line.startswith("data:"):
                         continue

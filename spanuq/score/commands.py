@@ -34,6 +34,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "score.generator)")
     p.add_argument("--threshold", type=float, default=None, help="validity threshold for kept spans "
                                                                  "(default: the probe's, chosen on dev)")
+    p.add_argument("--conformal-alpha", type=float, default=None, metavar="A",
+                   help="flag the spans above the probe's conformal threshold for error level A (fitted by `spanuq "
+                        "calibrate`; score.conformal_alpha; docs/guarantees.md)")
+    p.add_argument("--guarantee", choices=["factuality", "fdr"], default=None,
+                   help="which conformal guarantee (default: score.conformal_guarantee, factuality)")
+    p.add_argument("--delta", type=float, default=None, help="fdr: the δ the threshold was fitted with")
 
 
 def add_score_args(p: argparse.ArgumentParser) -> None:
@@ -57,6 +63,15 @@ def add_score_args(p: argparse.ArgumentParser) -> None:
 def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=None, help="default: score.host (127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="default: score.port (8000)")
+    p.add_argument("--upstream", default=None, metavar="URL",
+                   help="/v1/chat/completions: forward to this OpenAI-compatible server (serving the probe's backbone: "
+                        "`spanuq llama-server`, `python -m llama_cpp.server`, `vllm serve`) and score its answers "
+                        "(default: the backbone answers; docs/openai.md)")
+    p.add_argument("--upstream-model", default=None, metavar="ID",
+                   help="the upstream's model id that serves the probe's backbone (default: recognised by name)")
+    p.add_argument("--upstream-api-key-env", default=None, metavar="NAME",
+                   help="the environment variable holding the upstream's API key (never logged)")
+    p.add_argument("--upstream-timeout", type=float, default=300.0, help="seconds per upstream request")
     add_model_args(p)
 
 
@@ -69,11 +84,17 @@ def load_uq(args, cfg):
     from .scorer import SpanUQ
 
     hf_logging.disable_progress_bar()  # "Loading weights" on every call is noise in a command's output
-    uq = SpanUQ.load(args.model, cfg=cfg, generator=args.generator, threshold=args.threshold,
-                     overrides=parse_overrides(getattr(args, "override", None)))
+    overrides = parse_overrides(getattr(args, "override", None))
+    for key, arg in (("conformal_alpha", "conformal_alpha"), ("conformal_guarantee", "guarantee"),
+                     ("conformal_delta", "delta")):
+        if getattr(args, arg, None) is not None:
+            overrides[f"score.{key}"] = getattr(args, arg)
+    uq = SpanUQ.load(args.model, cfg=cfg, generator=args.generator, threshold=args.threshold, overrides=overrides)
     if uq.probe_note:
         print(f"spanuq: {uq.probe_note}", file=sys.stderr)
     print(f"spanuq: {uq.probe_line()}\nspanuq: {uq.settings.describe()}", file=sys.stderr, flush=True)
+    if uq.guarantee is not None:
+        print(f"spanuq: conformal threshold {uq.guarantee.threshold}: {uq.guarantee.statement()}", file=sys.stderr)
     return uq
 
 
@@ -87,10 +108,14 @@ def read_arg(value: str | None) -> str | None:
 
 
 def check_early(prompt: str | None, response: str | None, cfg) -> None:
-    """The input checks `SpanUQ` runs, before anything is loaded (an empty answer fails in milliseconds)."""
-    from .errors import check_input
+    """The input checks `SpanUQ` runs, before anything is loaded (an empty answer fails in milliseconds:
+    one empty --response is a slip, not a question; empty answers in --file rows or the API are scored
+    as unverified)."""
+    from .errors import InputError, check_input
 
     check_input(prompt, response, cfg.score)
+    if response is not None and not response.strip():
+        raise InputError("the response is empty (leave it out to let the backbone answer)")
 
 
 def use_colour(mode: str, stream=None) -> bool:
@@ -198,13 +223,14 @@ def _score_file(args, cfg) -> int:
                     rec["error"] = err or str(res)
                 else:
                     rec["result"] = res.model_dump(mode="json")
-                    n_warn += bool(res.warnings)
+                    n_warn += res.status == "unverified"
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
             f.flush()
             bar.update(len(chunk))
         bar.close()
     print(f"score: {len(rows) - n_err} of {len(rows)} rows scored, {n_err} errors recorded"
-          + (f", {n_warn} with warnings (e.g. another language)" if n_warn else "") + f"; wrote {out}", file=sys.stderr)
+          + (f", {n_warn} unverified (e.g. another language, an empty answer)" if n_warn else "")
+          + f"; wrote {out}", file=sys.stderr)
     return 0
 
 
@@ -212,10 +238,20 @@ def run_serve(args, cfg) -> int:
     from .service import serve
 
     host, port = args.host or cfg.score.host, args.port or cfg.score.port
+    upstream = None
+    if args.upstream:  # reachable, and serving what --upstream-model says, before the backbone loads
+        from .openai.engines import Upstream
+
+        upstream = Upstream(args.upstream, args.upstream_api_key_env, args.upstream_model, args.upstream_timeout)
+        print(f"spanuq: upstream {upstream.url} serves {', '.join(upstream.check())}", file=sys.stderr)
     uq = load_uq(args, cfg)
     try:
-        print(f"SpanUQ ({uq.backbone_name}) at http://{host}:{port}  (API docs: /docs; Ctrl-C to stop)", flush=True)
-        serve(uq, host, port)
+        answers = f"upstream {upstream.url}" if upstream else "the backbone"
+        print(f"SpanUQ ({uq.backbone_name}) at http://{host}:{port}  (API docs: /docs; OpenAI-compatible: /v1, "
+              f"answered by {answers}; Ctrl-C to stop)", flush=True)
+        serve(uq, host, port, upstream)
     finally:
         uq.close()
+        if upstream is not None:
+            upstream.close()
     return 0

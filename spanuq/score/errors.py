@@ -26,8 +26,9 @@ def check_input(prompt, response, limits) -> None:
         raise InputError(f"the prompt has {len(prompt):,} characters; the limit is {limits.max_prompt_chars:,} "
                          "(score.max_prompt_chars)", 413)
     if response is not None:
-        if not isinstance(response, str) or not response.strip():
-            raise InputError("the response is empty (leave it out to let the backbone answer)")
+        if not isinstance(response, str):
+            raise InputError("the response must be a string (leave it out to let the backbone answer)")
+        # an empty response is scored: status unverified (empty_answer), never an error nor "clean"
         if len(response) > limits.max_response_chars:
             raise InputError(f"the response has {len(response):,} characters; the limit is "
                              f"{limits.max_response_chars:,} (score.max_response_chars)", 413)

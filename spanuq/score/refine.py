@@ -158,16 +158,26 @@ def check_refine(mode: str, threshold: float | None) -> None:
 
 def refine(uq, prompt: str, response: str | None = None, mode: str = "regenerate",
            threshold: float | None = None, answer_source: str | None = None) -> RefineResult:
-    """`SpanUQ.refine` (module docstring); ``answer_source`` as in `SpanUQ.score`."""
+    """`SpanUQ.refine` (module docstring); ``answer_source`` as in `SpanUQ.score`.  Under a conformal
+    threshold (``score.conformal_alpha``, docs/guarantees.md) and no explicit ``threshold``, the spans
+    above it are acted on, and ``drop`` returns nothing when the guarantee holds the answer back as a whole."""
     s = uq.cfg.score
+    g = uq.guarantee if threshold is None else None
+    if g is not None:
+        threshold = 0.0 if g.threshold is None else min(1.0, max(0.0, g.threshold))
     threshold = s.refine_threshold if threshold is None else float(threshold)
     check_refine(mode, threshold)
     uq.check(prompt, response)
+    if response is not None and not response.strip():
+        raise InputError("the response is empty: there is nothing to refine")
     before = uq.score(prompt, response, answer_source)
     if threshold is None:  # the answer's likely-wrong threshold: act on what is shown as likely wrong
         threshold = before.flag_threshold - 1e-9
     uncertain = [sp for sp in before.spans if sp.u > threshold]
     common = dict(prompt=prompt, mode=mode, threshold=threshold, answer_before=before.answer, before=before)
+    if g is not None and mode == "drop" and before.conformal is not None and before.conformal.abstain:
+        return RefineResult(answer="", after=None, spans=[_span(sp, "dropped", None, None) for sp in before.spans],
+                            generations=0, candidates_scored=0, **common)
     if mode == "flag" or not uncertain:
         spans = [_span(sp, "flagged" if sp.u > threshold else "kept", sp.text, sp.u) for sp in before.spans]
         return RefineResult(answer=before.answer, after=before, spans=spans, generations=0, candidates_scored=0,

@@ -13,7 +13,9 @@ import json
 import sys
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .status import StatusReason
 
 SCHEMA_VERSION = 1
 
@@ -46,8 +48,23 @@ class Timings(_Strict):
     total_s: float
 
 
+class ConformalDecision(_Strict):
+    """What a conformal threshold fitted by `spanuq calibrate` says about this answer (docs/guarantees.md)."""
+
+    guarantee: Literal["factuality", "fdr"]
+    alpha: float
+    delta: float | None
+    threshold: float | None = Field(description="claims with û ≤ threshold are kept; null: none is")
+    flagged: list[int] = Field(description="indices into `spans` of the spans above the threshold")
+    abstain: bool = Field(description="the answer is held back as a whole: û_seq is above the threshold (text outside "
+                                      "the spans is not covered) or the answer is unverified")
+    statement: str
+
+
 class ScoreResult(_Strict):
-    """An answer with its spans sorted by position, each with a calibrated û, and a sequence score."""
+    """An answer with its spans sorted by position, each with a calibrated û, and a sequence score.
+    ``status`` says whether SpanUQ could judge it (`spanuq.score.status`): an ``unverified`` answer is
+    never free of doubt, whatever its spans say."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
     prompt: str
@@ -59,16 +76,34 @@ class ScoreResult(_Strict):
     generator: Literal["llamacpp", "hf"] | None = Field(description="how the answer was generated; null if given")
     n_tokens: int = Field(ge=0, description="response tokens the probe read")
     truncated: bool = Field(description="generation stopped at max_new_tokens")
-    windows: int = Field(default=1, ge=1, description="probe windows the answer was read in: 1 up to the probe's "
-                                                      "trained length, more for longer answers (docs/score.md)")
-    u_seq: float = Field(ge=0, le=1, description="û_seq, the answer-level score")
+    windows: int = Field(default=1, ge=0, description="probe windows the answer was read in: 1 up to the probe's "
+                                                      "trained length, more for longer answers (docs/score.md); "
+                                                      "0 when there was nothing to read")
+    u_seq: float | None = Field(ge=0, le=1, description="û_seq, the answer-level score; null when no û could be "
+                                                          "computed (status unverified: an empty answer, no readable "
+                                                          "states)")
     validity_threshold: float
     flag_threshold: float = Field(default=0.5, ge=0, le=1, description="a span with û at or above this is shown as "
                                   "likely wrong: chosen on held-out answers of this answer's source for precision")
     spans: list[ScoredSpan]
-    warnings: list[str] = Field(default_factory=list, description="what makes these scores less trustworthy than "
-                                "usual, e.g. an answer in a language the probe was not trained on (score.languages)")
+    status: Literal["scored", "unverified"] = Field(
+        default="scored", description="scored: SpanUQ judged the answer; unverified: it could not (status_reasons), so "
+                                      "the answer is not free of doubt whatever its spans say")
+    status_reasons: list[StatusReason] = Field(
+        default_factory=list, description="why the answer is unverified: {code, message}; codes empty_answer, "
+                                          "no_hidden_states, window_failed, language, probe_backbone_mismatch, ...")
+    warnings: list[str] = Field(default_factory=list, description="the status reasons' messages: what makes these "
+                                "scores less trustworthy than usual, e.g. an answer in a language the probe was not "
+                                "trained on (score.languages)")
+    conformal: ConformalDecision | None = Field(default=None, description="the spans a conformal threshold flags "
+                                                "(score.conformal_alpha; docs/guarantees.md); null without one")
     timings: Timings
+
+    @model_validator(mode="after")
+    def _status_matches_reasons(self):
+        if (self.status == "unverified") != bool(self.status_reasons):
+            raise ValueError("status is unverified exactly when status_reasons is not empty")
+        return self
 
 
 class StreamUpdate(_Strict):

@@ -36,20 +36,21 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import Config, load_config
-from ..data.language import language_warnings
 from ..llm.chunked import extract_long
 from ..llm.loading import token_offsets
 from ..llm.states import FeatureItem, extract_batch, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
 from ..model.postprocess import Answer, Prediction
+from ..model.unknown import knowledge_entropy
 from .errors import GenerationError, InputError, check_input
-from .schema import ScoredSpan, ScoreRequest, ScoreResult, StreamUpdate, Timings
+from .schema import ConformalDecision, ScoredSpan, ScoreRequest, ScoreResult, StreamUpdate, Timings
 from .settings import ScoringSettings, resolve as resolve_settings
 from .shipped import describe
 from .source import choose_probe, resolve_checkpoint
 from .views import probe_line
 from .stream import score_stream
-from .windows import plan_windows, predict_windows
+from .status import StatusCheck, assess, status_of
+from .windows import plan_windows, predict_readable, readable
 
 __all__ = ["SpanUQ", "InputError", "GenerationError", "resolve_checkpoint"]
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class Pending:
     states: FeatureItem | None = None
     generate_s: float | None = None
     backbone_s: float = 0.0
+    chat_given: str | None = None  # the rendered conversation to read the answer after (`score_many`'s chats)
 
 
 class SpanUQ:
@@ -102,6 +104,12 @@ class SpanUQ:
         # answers longer than the probe's trained length are read in windows (score/windows.py)
         self.window = cfg.score.window_tokens or int(self.extra.get("window_tokens") or cfg.generate.max_new_tokens)
         self.generator = cfg.score.generator
+        self.guarantee = None  # the conformal threshold of score.conformal_alpha (spanuq.conformal.store)
+        if cfg.score.conformal_alpha is not None:
+            from ..conformal import store
+
+            s = cfg.score
+            self.guarantee = store.load(checkpoint, s.conformal_guarantee, s.conformal_alpha, s.conformal_delta)
         self._server = None
         self._client = None
 
@@ -283,8 +291,8 @@ class SpanUQ:
         return out
 
     def score_many(self, items: Iterable[ScoreRequest | dict | str], progress: bool = True,
-                   return_errors: bool = False, states: list[FeatureItem | None] | None = None
-                   ) -> list[ScoreResult | InputError | GenerationError]:
+                   return_errors: bool = False, states: list[FeatureItem | None] | None = None,
+                   chats: list[str | None] | None = None) -> list[ScoreResult | InputError | GenerationError]:
         """Score several items (prompt strings, ``{"prompt", "response"?}`` dicts or `ScoreRequest`s):
         answers are generated one by one, teacher-forced passes run in batches of
         ``score.batch_size``, the probe over all at once.  With ``return_errors`` an item
@@ -292,14 +300,21 @@ class SpanUQ:
         otherwise the first raises.
         A batch's pass time is shared evenly by its items in their timings.  ``states``: per item,
         its answer's states when already captured (`score_stream`), used when their tokens are
-        the answer's canonical tokens, so no teacher-forced pass runs for it."""
+        the answer's canonical tokens, so no teacher-forced pass runs for it.  ``chats``: per item, the
+        rendered conversation the answer is read after (the OpenAI endpoint's multi-turn messages,
+        `spanuq.score.openai.conversation`) instead of ``prompt`` under the system prompt.
+        An empty answer is not read at all: its result is ``unverified`` (`spanuq.score.status`)."""
         reqs = [ScoreRequest(prompt=x) if isinstance(x, str) else ScoreRequest.model_validate(x) for x in items]
-        pending = [Pending(r, time.perf_counter()) for r in reqs]
+        pending = [Pending(r, time.perf_counter(), chat_given=chats[i] if chats is not None else None)
+                   for i, r in enumerate(reqs)]
         results: list = [None] * len(pending)
         bar = tqdm(total=len(pending), desc="score", unit="answer", disable=not progress)
         for i, item in enumerate(pending):  # 1. checks, answers, tokens
             try:
                 self._prepare(item, states[i] if states is not None else None)
+                if not item.ids:  # an empty answer: nothing to read, unverified
+                    results[i] = self._result(item, None, [], 0.0)
+                    bar.update(1)
             except (InputError, GenerationError) as e:
                 results[i] = e
                 bar.update(1)
@@ -307,8 +322,8 @@ class SpanUQ:
         self._read_states([pending[i] for i in ready if pending[i].states is None])  # 2. teacher-forced passes
         if ready:  # 3. the probe
             preds, probe_s = self._probe([pending[i] for i in ready])
-            for i, pred in zip(ready, preds):
-                results[i] = self._result(pending[i], pred, probe_s)
+            for i, (pred, failed) in zip(ready, preds):
+                results[i] = self._result(pending[i], pred, failed, probe_s)
                 bar.update(1)
         bar.close()
         if not return_errors:
@@ -323,13 +338,18 @@ class SpanUQ:
         item.t_start = time.perf_counter()
         r = item.request
         self.check(r.prompt, r.response)
-        item.chat, item.n_prompt = self._chat(r.prompt)
+        if item.chat_given is not None:
+            item.chat, item.n_prompt = item.chat_given, len(self.tok(item.chat_given, add_special_tokens=False)["input_ids"])
+        else:
+            item.chat, item.n_prompt = self._chat(r.prompt)
         if r.response is None:
             self._generate(item)
         else:
             self._check_context(item.n_prompt, 2 * self.window, "the response")  # room for chunks of it
             item.answer = r.response
             item.source = r.answer_source or "given"
+        if not item.answer.strip():
+            return  # nothing to tokenise or read: the result says the answer is empty
         item.ids, item.offsets = token_offsets(self.tok, item.answer)
         if captured is not None and captured.token_ids.tolist() == item.ids:
             item.states = captured
@@ -347,8 +367,6 @@ class SpanUQ:
         else:
             item.answer, item.truncated = self._generate_llamacpp(item.chat)
         item.generate_s, item.source, item.generator = time.perf_counter() - t0, "generated", generator
-        if not item.answer.strip():
-            raise InputError(f"{self.backbone_name} gave an empty answer; nothing to score", 422)
 
     def _read_states(self, todo: list[Pending]) -> None:
         """Step 2: the answers' states in teacher-forced passes, shortest first in batches of
@@ -370,17 +388,18 @@ class SpanUQ:
             for item, f in zip(batch, feats):
                 item.states, item.backbone_s = f, share
 
-    def _probe(self, items: list[Pending]) -> tuple[list[Prediction], float]:
-        """Step 3: the probe over every answer (windows of a long one), each answer's û mapped by the
-        calibration of its source (the backbone's own answer or a given one, `Calibration.for_source`);
-        returns the predictions and each item's share of the time."""
+    def _probe(self, items: list[Pending]) -> tuple[list[tuple[Prediction | None, list]], float]:
+        """Step 3: the probe over every answer (windows of a long one; a window whose states are not
+        finite is left out, `predict_readable`), each answer's û mapped by the calibration of its source
+        (the backbone's own answer or a given one, `Calibration.for_source`); returns (prediction or
+        None, the windows left out) per answer and each item's share of the time."""
         t0 = time.perf_counter()
-        preds: list[Prediction | None] = [None] * len(items)
+        preds: list = [None] * len(items)
         for source in sorted({it.source for it in items}):
             idx = [k for k, it in enumerate(items) if it.source == source]
-            out = predict_windows(self.probe, [items[k].states for k in idx], self.calibration.for_source(source),
-                                  [self._answer(items[k]) for k in idx], window=self.window,
-                                  batch_size=max(32, len(idx)), device=next(self.probe.parameters()).device)
+            out = predict_readable(self.probe, [items[k].states for k in idx], self.calibration.for_source(source),
+                                   [self._answer(items[k]) for k in idx], window=self.window,
+                                   batch_size=max(32, len(idx)), device=next(self.probe.parameters()).device)
             for k, p in zip(idx, out):
                 preds[k] = p
         return preds, (time.perf_counter() - t0) / len(items)
@@ -402,17 +421,43 @@ class SpanUQ:
         same = item.states.token_ids.tolist() == item.ids
         return Answer(item.answer, item.offsets) if same else None
 
-    def _result(self, item: Pending, pred: Prediction, probe_s: float) -> ScoreResult:
+    def _knowledge(self, item: Pending, spans: list[ScoredSpan]) -> dict:
+        """What the ``subject_unknown`` rule reads of a given answer: the backbone's entropy before its
+        shown spans and the probe's threshold for it (`spanuq.model.unknown`); nothing for its own answers."""
+        tau = (self.calibration.given or {}).get("unknown_entropy")
+        if item.source != "given" or tau is None or item.states is None:
+            return {}
+        return {"knowledge_entropy": knowledge_entropy(item.states.entropy.float().numpy(), [(s.b, s.e) for s in spans]),
+                "unknown_entropy": tau}
+
+    def _result(self, item: Pending, pred: Prediction | None, failed: list[tuple[int, int]],
+                probe_s: float) -> ScoreResult:
+        """The record of one answer, with its status (`spanuq.score.status`) and, under a conformal
+        threshold, what it keeps; ``pred`` None: no window could be read (or the answer is empty)."""
         answer = item.answer
-        spans = [ScoredSpan(start=s.start, end=s.end, text=answer[s.start:s.end], b=s.b, e=s.e, u=s.u, u_raw=s.u_raw,
-                            validity=s.validity, nu=s.nu) for s in pred.shown()]
+        spans = [] if pred is None else [
+            ScoredSpan(start=s.start, end=s.end, text=answer[s.start:s.end], b=s.b, e=s.e, u=s.u, u_raw=s.u_raw,
+                       validity=s.validity, nu=s.nu) for s in pred.shown()]
+        u_seq = None if pred is None else float(pred.u_seq)
+        n_windows = len(plan_windows(len(item.ids), self.window)) if item.ids else 0
+        unreadable = int((~readable(item.states.h, item.states.entropy)).sum()) if item.states is not None else 0
+        reasons = assess(StatusCheck(
+            answer=answer, backbone=self.backbone_name, probe_backbone=self.extra.get("backbone"),
+            languages=self.cfg.score.languages, n_tokens=len(item.ids), unreadable_tokens=unreadable,
+            failed_windows=[(item.offsets[s][0], item.offsets[e - 1][1]) for s, e in failed], n_windows=n_windows,
+            prompt=item.request.prompt, u_seq=u_seq, spans=spans, extra=self._knowledge(item, spans)))
+        conformal = None
+        if self.guarantee is not None:
+            from ..conformal.store import decide
+
+            conformal = ConformalDecision(**decide(self.guarantee, [s.u for s in spans], u_seq, not reasons))
         return ScoreResult(prompt=item.request.prompt, answer=answer, answer_source=item.source,
                            backbone=self.backbone_name, probe=self.probe_source, generator=item.generator,
-                           n_tokens=len(item.ids), truncated=item.truncated, u_seq=float(pred.u_seq),
+                           n_tokens=len(item.ids), truncated=item.truncated, u_seq=u_seq,
                            validity_threshold=self.threshold, spans=spans,
-                           flag_threshold=self.calibration.for_source(item.source).flag,
-                           warnings=language_warnings(answer, self.cfg.score.languages),
-                           windows=len(plan_windows(len(item.ids), self.window)),
+                           flag_threshold=self.calibration.for_source(item.source).flag, status=status_of(reasons),
+                           status_reasons=reasons, warnings=[r.message for r in reasons], conformal=conformal,
+                           windows=n_windows,
                            timings=Timings(generate_s=None if item.generate_s is None else round(item.generate_s, 4),
                                            backbone_s=round(item.backbone_s, 4), probe_s=round(probe_s, 4),
                                            total_s=round(time.perf_counter() - item.t_start, 4)))

@@ -5,6 +5,8 @@
     POST /score/stream   {"prompt": ...}                     -> Server-Sent Events: `update` (StreamUpdate) ..., or `error`
     POST /refine         {"prompt", "response"?, "mode"?, "threshold"?} -> RefineResult (spanuq.score.refine)
     POST /render         ScoreResult                         -> {"html": ...} (spanuq.score.views, for the page)
+    GET  /v1/models, POST /v1/chat/completions                 -> OpenAI-compatible, with the `spanuq` extension
+                                                                  (spanuq.score.openai, docs/openai.md)
     GET  /health, GET / (the web page), GET /docs (OpenAPI)
 
 One model instance: every request goes into the bounded queue of one worker thread
@@ -112,8 +114,11 @@ def _openapi(model) -> dict:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
-def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
-    """The FastAPI app around a loaded `SpanUQ`; the worker starts with it and stops on shutdown."""
+def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None, upstream=None) -> FastAPI:
+    """The FastAPI app around a loaded `SpanUQ`; the worker starts with it and stops on shutdown.
+    The OpenAI-compatible ``/v1`` routes answer with the backbone, or with ``upstream`` (an
+    `spanuq.score.openai.engines.Upstream`: `spanuq serve --upstream URL`) writing the answers."""
+    from .openai.router import install
     scfg = scfg or uq.cfg.score
     worker = ScoringWorker(uq, scfg.micro_batch, scfg.max_queue)
 
@@ -130,7 +135,8 @@ def create_app(uq: SpanUQ, scfg: ScoreConfig | None = None) -> FastAPI:
     _score_routes(app, uq, worker, scfg)
     _stream_route(app, uq, worker, scfg)
     _refine_and_render_routes(app, uq, worker, scfg)
-    _info_routes(app, uq, worker, scfg)
+    _info_routes(app, uq, worker, scfg, upstream)
+    install(app, uq, worker, scfg, upstream, json_body=_json_body)
     return app
 
 
@@ -256,7 +262,7 @@ def _refine_and_render_routes(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, s
         return {"html": fragment(result)}
 
 
-def _info_routes(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreConfig) -> None:
+def _info_routes(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreConfig, upstream=None) -> None:
     @app.get("/health")
     def health():
         """What serves: the backbone, the probe (and how to choose another), the settings it scores with,
@@ -265,7 +271,9 @@ def _info_routes(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreCon
                 "choose_probe": HOW_TO_CHOOSE, "probe_note": uq.probe_note,
                 "settings": uq.settings.describe() if uq.settings else None,
                 "generator": uq.generator, "queued": worker.q.qsize(), "batches": worker.batches,
-                "streams": worker.streams, "validity_threshold": uq.threshold, "limits": {
+                "streams": worker.streams, "validity_threshold": uq.threshold,
+                "openai": {"base_url": "/v1", "answers": f"upstream {upstream.url}" if upstream else "the backbone"},
+                "conformal": uq.guarantee.statement() if uq.guarantee else None, "limits": {
                     "max_body_bytes": scfg.max_body_bytes, "body_timeout_s": scfg.body_timeout_s,
                     "max_prompt_chars": uq.cfg.score.max_prompt_chars,
                     "max_response_chars": uq.cfg.score.max_response_chars, "max_batch_items": scfg.max_batch_items,
@@ -276,9 +284,9 @@ def _info_routes(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreCon
         return (WEB / "index.html").read_text(encoding="utf-8")
 
 
-def serve(uq: SpanUQ, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Run the service in the foreground (`spanuq serve`)."""
+def serve(uq: SpanUQ, host: str = "127.0.0.1", port: int = 8000, upstream=None) -> None:
+    """Run the service in the foreground (`spanuq serve [--upstream URL]`)."""
     import uvicorn
 
     log.info("serving the %s", uq.probe_source)
-    uvicorn.run(create_app(uq), host=host, port=port, log_level="info", workers=1)
+    uvicorn.run(create_app(uq, upstream=upstream), host=host, port=port, log_level="info", workers=1)

@@ -63,16 +63,17 @@ def test_split(path: Path) -> list[dict]:
     return list(iter_jsonl(Path(path) / TEST_SPLIT))
 
 
-def test_examples(path: Path, model, tokenizer, layers: list[int], dtype: str, batch_size: int = 8) -> list:
-    """The stored test answers as `ResponseExample`s, their states re-extracted with ``model`` on
-    the stored chat prompts and token ids (what the extract stage did in the shipped run), so the
-    evaluate path can re-score the card's test split."""
+def test_examples(path: Path, model, tokenizer, layers: list[int], dtype: str, batch_size: int = 8,
+                  limit: int | None = None) -> list:
+    """The stored test answers (the first ``limit`` of them) as `ResponseExample`s, their states
+    re-extracted with ``model`` on the stored chat prompts and token ids (what the extract stage did
+    in the shipped run), so the evaluate path can re-score the card's test split."""
     import torch
 
     from ..features.dataset import ResponseExample
     from ..llm.states import extract_batch
 
-    rows = test_split(path)
+    rows = test_split(path)[:limit]
     out = []
     for s in range(0, len(rows), batch_size):
         batch = rows[s: s + batch_size]

@@ -98,31 +98,46 @@ def _scorable(uq, cap: StateCapture, text: str) -> tuple[str, int]:
     return "", 0
 
 
-def _score(uq, prompt: str, answer: str, cap: StateCapture, n: int, generator: str) -> ScoreResult:
-    """The answer so far scored as `score` scores it, said to be the backbone's (``generator``'s)."""
-    out = uq.score_many([ScoreRequest(prompt=prompt, response=answer, answer_source="generated")], progress=False,
-                        return_errors=True, states=[cap.item(n)])[0]
+def _score(uq, prompt: str, answer: str, cap: StateCapture | None, n: int, generator: str | None, chat: str,
+           source: str = "generated") -> ScoreResult:
+    """The answer so far scored as `score` scores it (calibrated for its ``source``), said to be the
+    backbone's (``generator``'s), or (``source="given"``) an upstream server's."""
+    out = uq.score_many([ScoreRequest(prompt=prompt, response=answer, answer_source=source)], progress=False,
+                        return_errors=True, states=[cap.item(n)] if cap is not None else None, chats=[chat])[0]
     if isinstance(out, Exception):
         raise out
-    return out.model_copy(update={"generator": generator})
+    return out.model_copy(update={"generator": generator if source == "generated" else None})
 
 
 def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, generator: str | None = None,
-                 cancel=None) -> Iterator[StreamUpdate]:
+                 cancel=None, chat: str | None = None, text=None, stop: list[str] | None = None,
+                 max_new_tokens: int | None = None, answer_source: str = "generated") -> Iterator[StreamUpdate]:
     """See the module docstring.  ``uq``: the `SpanUQ` (its backbone, probe and checks; scorer.py imports
-    this module, not the other way round); ``cancel`` (a `threading.Event`) stops the generation at the next token."""
+    this module, not the other way round); ``cancel`` (a `threading.Event`) stops the generation at the next token.
+    The OpenAI endpoint (`spanuq.score.openai`) streams other answers the same way: ``chat``, the rendered
+    conversation (default: ``prompt`` under the system prompt); ``text``, a function of the capture giving
+    ``(text so far, finish_reason or None)`` pairs (default: the backbone's greedy answer); ``stop``, the
+    stop strings the final answer is cut at (default ``generate.stop``); ``max_new_tokens`` (default
+    ``score.max_new_tokens``); ``answer_source`` ``given`` when another server writes the answer."""
     if every < 1:
         raise ValueError(f"every={every}: re-score every k >= 1 tokens")
     uq.check(prompt, None)
-    chat, n_prompt = uq._chat(prompt)
-    max_new = uq.cfg.score.max_new_tokens
+    if chat is None:
+        chat, n_prompt = uq._chat(prompt)
+    else:
+        n_prompt = len(uq.tok(chat, add_special_tokens=False)["input_ids"])
+    max_new = uq.cfg.score.max_new_tokens if max_new_tokens is None else max_new_tokens
+    stop = uq.cfg.generate.stop if stop is None else stop
     uq._check_context(n_prompt, max_new, "generation")
     gen = generator or uq._resolve_generator()
     if gen not in ("hf", "llamacpp"):
         raise ValueError(f"generator={gen!r}: hf or llamacpp")
     t0 = time.perf_counter()
     cap = StateCapture(uq.model, uq.tok(chat, add_special_tokens=False)["input_ids"], uq.layers, uq.out_dtype)
-    source = _hf_text(uq, cap, max_new) if gen == "hf" else _server_text(uq, cap, chat, max_new)
+    if text is not None:
+        source = text(cap)
+    else:
+        source = _hf_text(uq, cap, max_new) if gen == "hf" else _server_text(uq, cap, chat, max_new)
     seq, scored_n, n_gen, finish, text = 0, 0, 0, None, ""
 
     def update(result: ScoreResult, done: bool, t_start: float) -> StreamUpdate:
@@ -137,7 +152,7 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
         for text, finish in source:
             if cancel is not None and cancel.is_set():
                 return
-            answer = cut_at_stop(text, uq.cfg.generate.stop)[0].strip()
+            answer = cut_at_stop(text, stop)[0].strip()
             if gen == "hf":
                 n_gen = len(cap.ids)
             else:  # the server's tokens so far, as `score` tokenises the answer
@@ -154,21 +169,25 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
             prefix, n = _scorable(uq, cap, answer)
             if n:
                 scored_n = n_gen
-                yield update(_score(uq, prompt, prefix, cap, n, gen), False, t1)
+                yield update(_score(uq, prompt, prefix, cap, n, gen, chat, answer_source), False, t1)
     finally:
         source.close()
     gen_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    answer = cut_at_stop(text, uq.cfg.generate.stop)[0].strip()
-    if not answer:
-        raise InputError(f"{uq.backbone_name} gave an empty answer; nothing to score", 422)
+    answer = cut_at_stop(text, stop)[0].strip()
+    if not answer:  # nothing to judge: the result says so (status unverified, empty_answer)
+        result = _score(uq, prompt, "", None, 0, gen, chat, answer_source)
+        result = result.model_copy(update={"truncated": finish == "length", "timings": Timings(
+            generate_s=round(gen_s, 4), backbone_s=0.0, probe_s=0.0, total_s=round(time.perf_counter() - t0, 4))})
+        yield update(result, True, t1)
+        return
     ids, _ = token_offsets(uq.tok, answer)
     read_s = cap.seconds
     cap.sync(ids)  # only tokens that differ from those read are read again (usually none, or the held-back last)
     # the backbone's time beyond generation: the server path's whole capture, the hf path's re-read tokens
     backbone_s = cap.seconds if gen == "llamacpp" else cap.seconds - read_s
     n_gen = max(n_gen, len(cap.ids))
-    result = _score(uq, prompt, answer, cap, len(ids), gen)
+    result = _score(uq, prompt, answer, cap, len(ids), gen, chat, answer_source)
     result = result.model_copy(update={
         "truncated": finish == "length",
         "timings": Timings(generate_s=round(gen_s, 4), backbone_s=round(backbone_s, 4), probe_s=result.timings.probe_s,

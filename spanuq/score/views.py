@@ -209,16 +209,37 @@ def terminal_view(result, colour_on: bool = True) -> str:
     else:
         key = legend(result)
     flagged = sum(s.u >= flag for s in result.spans)
-    lines = [body, "", key, f"answer score û_seq = {result.u_seq:.2f}   "
-             f"{len(spans)} span{'s' * (len(spans) != 1)}, {flagged} likely wrong   {result.n_tokens} tokens"
-             + ("   (stopped at max_new_tokens)" if result.truncated else ""), "most doubtful first:"]
+    lines = [body, "", key, f"{_useq(result)}   {len(spans)} span{'s' * (len(spans) != 1)}, {flagged} likely wrong   "
+             f"{result.n_tokens} tokens" + ("   (stopped at max_new_tokens)" if result.truncated else "")]
+    conformal = set(result.conformal.flagged) if result.conformal else set()
+    index = {id(s): k for k, s in enumerate(result.spans)}
+    if result.spans:
+        lines.append("most doubtful first:")
     for s in ranked(result):
-        mark = "  likely wrong" if s.u >= flag else ""
+        mark = ("  likely wrong" if s.u >= flag else "") + ("  above the conformal threshold"
+                                                          if index[id(s)] in conformal else "")
         lines.append(f"  {_chip(s.u, colour_on, flag)}  {s.text!r}  chars {s.start}-{s.end}  ν {s.nu:.1f}{mark}")
-    lines += [f"warning: {w}" for w in result.warnings]
+    if result.status == "unverified":
+        lines.insert(0, "UNVERIFIED: SpanUQ could not judge this answer; do not read it as free of doubt")
+        lines += [f"unverified ({r.code}): {r.message}" for r in result.status_reasons]
+    if result.conformal:
+        lines.append(conformal_line(result.conformal))
     if result.probe:
         lines.append(probe_line(result.probe))
     return "\n".join(lines)
+
+
+def _useq(result) -> str:
+    return "no answer score (unverified)" if result.u_seq is None else f"answer score û_seq = {result.u_seq:.2f}"
+
+
+def conformal_line(c) -> str:
+    """What a conformal threshold keeps of one answer, in one line."""
+    lam = "none" if c.threshold is None else f"{c.threshold:.3f}"
+    what = ("the answer is held back as a whole" if c.abstain
+            else f"{len(c.flagged)} span{'s' * (len(c.flagged) != 1)} above it")
+    extra = f", δ = {c.delta:g}" if c.delta is not None else ""
+    return f"conformal {c.guarantee} (α = {c.alpha:g}{extra}): threshold {lam}; {what} — {c.statement}"
 
 
 def probe_line(probe: str) -> str:
@@ -245,8 +266,11 @@ class LiveTerminal:
 
 def stream_line(update) -> str:
     """One plain line per streamed update (piped output): tokens so far, spans, û_seq, the answer with [spans]."""
-    body = terminal_view(update.result, colour_on=False).split("\n\n" + legend(update.result))[0].replace("\n", " ")
-    return (f"[{update.n_generated:>3} tokens, {len(update.result.spans)} spans, û_seq {update.result.u_seq:.2f}"
+    r = update.result
+    body = terminal_view(r, colour_on=False).split("\n\n" + legend(r))[0].replace("\n", " ")
+    useq = "unverified" if r.u_seq is None else f"û_seq {r.u_seq:.2f}"
+    return (f"[{update.n_generated:>3} tokens, {len(r.spans)} spans, {useq}"
+            f"{', unverified' if r.status == 'unverified' and r.u_seq is not None else ''}"
             f"{', done' if update.done else ''}] {body}")
 
 
@@ -264,10 +288,18 @@ def fragment(result) -> str:
         f'<small>(ν {s.nu:.1f}, validity {s.validity:.2f})</small></li>'
         for s in ranked(result))
     t = result.timings
-    meta = (f"answer score û<sub>seq</sub> = <b class=\"useq\">{result.u_seq:.2f}</b> · {len(result.spans)} spans · "
+    useq = ("no answer score" if result.u_seq is None
+            else f"answer score û<sub>seq</sub> = <b class=\"useq\">{result.u_seq:.2f}</b>")
+    meta = (f"{useq} · {len(result.spans)} spans · "
             f"{result.n_tokens} tokens · backbone {t.backbone_s:.2f} s, probe {t.probe_s:.3f} s"
             + (f", generation {t.generate_s:.2f} s" if t.generate_s is not None else ""))
-    warnings = "".join(f'<p class="uq-warning" role="alert">warning: {html.escape(w)}</p>' for w in result.warnings)
+    warnings = ""
+    if result.status == "unverified":
+        warnings = ('<p class="uq-warning uq-unverified" role="alert"><b>Unverified</b>: SpanUQ could not judge this '
+                    'answer, so it is not free of doubt — '
+                    + "; ".join(html.escape(r.message) for r in result.status_reasons) + "</p>")
+    if result.conformal:
+        warnings += f'<p class="meta uq-conformal">{html.escape(conformal_line(result.conformal))}</p>'
     probe = f'<p class="meta uq-probe">{html.escape(probe_line(result.probe))}</p>' if result.probe else ""
     key = f'<p class="meta uq-legend">{html.escape(legend(result))}</p>'
     return (f'<section class="spanuq-result">{warnings}{to_html(result.answer, result_spans(result), flag=flag)}'

@@ -142,3 +142,49 @@ def window_length(extra: dict, default: int, override: int | None = None) -> int
     if override is not None:
         return int(override)
     return int(extra.get("window_tokens") or default)
+
+
+def readable(h: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
+    """(T,) bool: the tokens whose state and entropy are finite (what the probe can read)."""
+    return torch.isfinite(h).all(-1) & torch.isfinite(entropy)
+
+
+def predict_readable(probe, items: Sequence[States], calibration: Calibration,
+                     answers: Sequence[Answer | None] | None = None, *, window: int, batch_size: int = 16,
+                     device: str | torch.device = "cpu", prompt_ids: Sequence[str] | None = None
+                     ) -> list[tuple[Prediction | None, list[tuple[int, int]]]]:
+    """`predict_windows` that leaves out the windows with a token whose state is not finite: per
+    answer, its `Prediction` over the readable windows (None when none is) and the token ranges
+    [start, end) of the windows left out.  Answers whose states are all finite are predicted
+    exactly as `predict_windows` predicts them."""
+    if prompt_ids is None:
+        prompt_ids = [str(getattr(it, "prompt_id", i)) for i, it in enumerate(items)]
+    ok = [readable(it.h, it.entropy) for it in items]
+    whole = [i for i, m in enumerate(ok) if bool(m.all())]
+    out: list = [None] * len(items)
+    if whole:
+        preds = predict_windows(probe, [items[i] for i in whole], calibration,
+                                [answers[i] for i in whole] if answers is not None else None, window=window,
+                                batch_size=batch_size, device=device, prompt_ids=[prompt_ids[i] for i in whole])
+        for i, p in zip(whole, preds):
+            out[i] = (p, [])
+    for i, (it, m) in enumerate(zip(items, ok)):
+        if out[i] is not None:
+            continue
+        T = int(it.h.shape[0])
+        plan = plan_windows(T, window)
+        good = [(s, e) for s, e in plan if bool(m[s:e].all())]
+        failed = [(s, e) for s, e in plan if (s, e) not in good]
+        if not good:
+            out[i] = (None, failed)
+            continue
+        a = answers[i] if answers is not None else None
+        slices = [_Slice(it.h[s:e], it.entropy[s:e]) for s, e in good]
+        parts = predict(probe, slices, calibration,
+                        [Answer(a.text, list(a.offsets[s:e])) if a is not None else None for s, e in good],
+                        batch_size=batch_size, device=device, prompt_ids=[prompt_ids[i]] * len(good))
+        if len(good) == 1 and good[0] == (0, T):
+            out[i] = (parts[0], failed)
+        else:
+            out[i] = (merge_windows(parts, good, T, calibration, prompt_ids[i]), failed)
+    return out

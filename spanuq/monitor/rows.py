@@ -1,0 +1,71 @@
+"""The answers file of `spanuq monitor`: one JSON object per line.
+
+    {"prompt": "Who wrote Dune?", "response": "Frank Herbert wrote Dune in 1965.",
+     "domain": "books", "id": "q17", "metadata": {"model": "v2", "team": "search"}}
+
+``prompt`` and ``response`` are required strings (an empty response is scored as an unverified
+empty answer); ``id`` is optional; ``domain`` and every key of ``metadata`` (and any other
+top-level scalar) are columns the report breaks rates down by.  A line that is not UTF-8, not
+JSON or without the required fields is that row's error: the other rows are read as they are.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RESERVED = ("prompt", "response", "id", "metadata")
+
+
+@dataclass
+class Row:
+    line: int
+    prompt: str
+    response: str
+    id: str | None = None
+    columns: dict = field(default_factory=dict)  # domain, metadata keys, other scalars: str values
+
+
+@dataclass
+class BadRow:
+    line: int
+    error: str
+
+
+def _scalar(v) -> bool:
+    return isinstance(v, (str, int, float, bool)) or v is None
+
+
+def read_rows(path: Path) -> list[Row | BadRow]:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    out: list[Row | BadRow] = []
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                out.append(BadRow(n, f"not UTF-8 text ({e.reason} at byte {e.start} of the line)"))
+                continue
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                out.append(BadRow(n, f"not JSON: {e.msg} at column {e.colno}"))
+                continue
+            if not isinstance(row, dict):
+                out.append(BadRow(n, "a row must be a JSON object"))
+                continue
+            missing = [k for k in ("prompt", "response") if not isinstance(row.get(k), str)]
+            if missing:
+                out.append(BadRow(n, f"a row needs string {' and '.join(missing)}"))
+                continue
+            cols = {k: v for k, v in row.items() if k not in RESERVED and _scalar(v)}
+            meta = row.get("metadata")
+            if isinstance(meta, dict):
+                cols.update({k: v for k, v in meta.items() if _scalar(v)})
+            out.append(Row(n, row["prompt"], row["response"], None if row.get("id") is None else str(row["id"]),
+                           {k: "null" if v is None else str(v) for k, v in cols.items()}))
+    return out
