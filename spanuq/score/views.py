@@ -79,9 +79,17 @@ def position(u: float, flag: float = 0.5) -> float:
     return 0.5 * u / flag if u < flag else 0.5 + 0.5 * (u - flag) / (1.0 - flag)
 
 
-def shade(u: float, flag: float = 0.5) -> tuple[int, int, int]:
-    """The colour of û on a scale whose amber is the flag threshold (red: likely wrong)."""
-    return colour(position(u, flag))
+GREY = (200, 200, 200)  # spans of an answer SpanUQ could not judge (unverified): no colour claims anything
+
+
+def shade(u: float, flag: float | None = 0.5) -> tuple[int, int, int]:
+    """The colour of û on a scale whose amber is the flag threshold (red: likely wrong); grey when
+    ``flag`` is None (an unverified answer)."""
+    return GREY if flag is None else colour(position(u, flag))
+
+
+def _rgb_at(u: float, flag: float | None) -> str:
+    return ";".join(map(str, shade(u, flag)))
 
 
 def _rgb(u: float) -> str:
@@ -89,7 +97,7 @@ def _rgb(u: float) -> str:
 
 
 def _marks(spans: Sequence[Span], track: list[int], colour_on: bool, every: bool,
-           flag: float = 0.5) -> dict[int, list[str]]:
+           flag: float | None = 0.5) -> dict[int, list[str]]:
     """The brackets inserted before character i: closing ones (inner first), then opening ones.
     ``every``: bracket track-0 spans too (the plain view); otherwise only the later tracks."""
     closing: dict[int, list[tuple[int, str]]] = {}
@@ -99,7 +107,7 @@ def _marks(spans: Sequence[Span], track: list[int], colour_on: bool, every: bool
             continue
         left, right = _brackets(track[k])
         if colour_on:
-            left, right = (f"\x1b[1m\x1b[38;2;{_rgb(position(u, flag))}m{c}\x1b[0m" for c in (left, right))
+            left, right = (f"\x1b[1m\x1b[38;2;{_rgb_at(u, flag)}m{c}\x1b[0m" for c in (left, right))
         closing.setdefault(end, []).append((track[k], right))
         opening.setdefault(start, []).append((track[k], left))
     out: dict[int, list[str]] = {}
@@ -109,7 +117,7 @@ def _marks(spans: Sequence[Span], track: list[int], colour_on: bool, every: bool
     return out
 
 
-def to_terminal(text: str, spans: Sequence[Span], colour_on: bool = True, flag: float = 0.5) -> str:
+def to_terminal(text: str, spans: Sequence[Span], colour_on: bool = True, flag: float | None = 0.5) -> str:
     """The answer with its spans marked.  Colour (amber at ``flag``, `shade`): track 0 on its ANSI
     24-bit background colour, later tracks underlined in their colour (SGR 58) inside their
     brackets.  Plain: every span in brackets."""
@@ -126,16 +134,16 @@ def to_terminal(text: str, spans: Sequence[Span], colour_on: bool = True, flag: 
         style = ""
         first = [k for k in ks if track[k] == 0]
         if first:
-            style += f"\x1b[48;2;{_rgb(position(spans[first[0]][2], flag))}m\x1b[38;2;0;0;0m"
+            style += f"\x1b[48;2;{_rgb_at(spans[first[0]][2], flag)}m\x1b[38;2;0;0;0m"
         later = [k for k in ks if track[k] > 0]
         if later:
-            style += f"\x1b[4m\x1b[58;2;{_rgb(position(max(spans[k][2] for k in later), flag))}m"
+            style += f"\x1b[4m\x1b[58;2;{_rgb_at(max(spans[k][2] for k in later), flag)}m"
         out.append(f"{style}{chunk}\x1b[0m")
     out.extend(marks.get(len(text), []))
     return "".join(out)
 
 
-def to_html(text: str, spans: Sequence[Span], title: str | None = None, flag: float = 0.5) -> str:
+def to_html(text: str, spans: Sequence[Span], title: str | None = None, flag: float | None = 0.5) -> str:
     """An HTML fragment; hover a span for its score.  Each highlighted run carries ``data-spans``
     (the indices of the spans covering it) and ``data-u`` (their scores); a track-0 span is its
     background, a later-track span a 3px underline in its colour (``border-bottom``, then ``border-top``);
@@ -176,7 +184,10 @@ HOW_TO_CHOOSE = "choose with --model shipped | DIR | models:/spanuq-<backbone>@c
 
 def legend(result) -> str:
     """One line: what û means for this answer's source, and from where a span is shown as likely wrong."""
-    return (f"{MEANING.get(result.answer_source, LEGEND)}; red = likely wrong, from û ≥ {result.flag_threshold:.2f} "
+    meaning = MEANING.get(result.answer_source, LEGEND)
+    if result.status != "scored":
+        return f"{meaning}; grey: SpanUQ could not judge this answer (why: below), so no span is marked likely wrong"
+    return (f"{meaning}; red = likely wrong, from û ≥ {result.flag_threshold:.2f} "
             "(chosen on held-out answers so that most red spans are wrong)")
 
 
@@ -185,12 +196,22 @@ def result_spans(result) -> list[Span]:
     return [(s.start, s.end, s.u) for s in result.spans]
 
 
+def judged_flag(result) -> float | None:
+    """The likely-wrong threshold a view colours a result with; None (grey, nothing likely wrong) when
+    SpanUQ could not judge the answer (``status`` unverified)."""
+    return result.flag_threshold if result.status == "scored" else None
+
+
+def likely_wrong(u: float, flag: float | None) -> bool:
+    return flag is not None and u >= flag
+
+
 def ranked(result) -> list:
     """The result's spans, most doubtful first (ties: in reading order)."""
     return sorted(result.spans, key=lambda s: (-s.u, s.start))
 
 
-def _chip(u: float, colour_on: bool, flag: float = 0.5) -> str:
+def _chip(u: float, colour_on: bool, flag: float | None = 0.5) -> str:
     if not colour_on:
         return f"{u:.2f}"
     r, g, b = shade(u, flag)
@@ -201,14 +222,14 @@ def terminal_view(result, colour_on: bool = True) -> str:
     """The answer with its spans coloured by û, a legend, then one line per span.
     ``colour_on=False``: plain text (spans marked ``[like this]``), for pipes and NO_COLOR."""
     spans = result_spans(result)
-    flag = result.flag_threshold
+    flag = judged_flag(result)
     body = to_terminal(result.answer, spans, colour_on, flag)
     if colour_on:
         bar = "".join(f"\x1b[48;2;{_rgb(k / 19)}m \x1b[0m" for k in range(20))
         key = f"0 {bar} 1   {legend(result)}"
     else:
         key = legend(result)
-    flagged = sum(s.u >= flag for s in result.spans)
+    flagged = sum(likely_wrong(s.u, flag) for s in result.spans)
     lines = [body, "", key, f"{_useq(result)}   {len(spans)} span{'s' * (len(spans) != 1)}, {flagged} likely wrong   "
              f"{result.n_tokens} tokens" + ("   (stopped at max_new_tokens)" if result.truncated else "")]
     conformal = set(result.conformal.flagged) if result.conformal else set()
@@ -216,7 +237,7 @@ def terminal_view(result, colour_on: bool = True) -> str:
     if result.spans:
         lines.append("most doubtful first:")
     for s in ranked(result):
-        mark = ("  likely wrong" if s.u >= flag else "") + ("  above the conformal threshold"
+        mark = ("  likely wrong" if likely_wrong(s.u, flag) else "") + ("  above the conformal threshold"
                                                           if index[id(s)] in conformal else "")
         lines.append(f"  {_chip(s.u, colour_on, flag)}  {s.text!r}  chars {s.start}-{s.end}  ν {s.nu:.1f}{mark}")
     if result.status == "unverified":
@@ -278,13 +299,13 @@ def fragment(result) -> str:
     """The HTML of one scored answer: highlighted text, û_seq, the legend, and the spans most doubtful
     first (``li.uq-item`` with ``data-i`` — the span's index in ``result.spans`` —, ``data-u``,
     ``data-likely-wrong``, ``data-start``, ``data-end``)."""
-    flag = result.flag_threshold
+    flag = judged_flag(result)
     index = {id(s): k for k, s in enumerate(result.spans)}
     items = "".join(
-        f'<li class="uq-item" data-i="{index[id(s)]}" data-u="{s.u:.4f}" data-likely-wrong="{str(s.u >= flag).lower()}" '
+        f'<li class="uq-item" data-i="{index[id(s)]}" data-u="{s.u:.4f}" data-likely-wrong="{str(likely_wrong(s.u, flag)).lower()}" '
         f'data-start="{s.start}" data-end="{s.end}">'
         f'<b style="background:rgba({",".join(map(str, shade(s.u, flag)))},0.55)">{s.u:.2f}</b> '
-        f'{html.escape(s.text)}{" <em>likely wrong</em>" if s.u >= flag else ""} '
+        f'{html.escape(s.text)}{" <em>likely wrong</em>" if likely_wrong(s.u, flag) else ""} '
         f'<small>(ν {s.nu:.1f}, validity {s.validity:.2f})</small></li>'
         for s in ranked(result))
     t = result.timings
