@@ -88,3 +88,51 @@ def test_a_result_with_overlapping_spans_lists_both_and_draws_both(tmp_path):
     assert fragment(r).count('class="uq-item"') == 2 and "border-bottom" in fragment(r)
     to_png([("overlapping", NOBEL, OVERLAP)], str(tmp_path / "o.png"))
     assert (tmp_path / "o.png").stat().st_size > 0
+
+
+def _result(answer_source="given", flag=0.7, status="scored", reasons=()):
+    from spanuq.score.schema import ScoredSpan, ScoreResult, Timings
+    from spanuq.score.status import StatusReason
+
+    spans = [ScoredSpan(start=a, end=b, text=NOBEL[a:b], b=0, e=1, u=u, u_raw=u, validity=0.9, nu=5.0)
+             for a, b, u in [(12, 23, 0.3), (40, 44, 0.85), (27, 36, 0.6)]]
+    return ScoreResult(prompt="Who?", answer=NOBEL, answer_source=answer_source, backbone="smollm2-135m",
+                       generator=None, n_tokens=12, truncated=False, u_seq=0.5, validity_threshold=0.5, spans=spans,
+                       flag_threshold=flag, status=status,
+                       status_reasons=[StatusReason(code=c, message=m) for c, m in reasons],
+                       timings=Timings(generate_s=None, backbone_s=0.1, probe_s=0.01, total_s=0.2))
+
+
+def test_the_view_ranks_spans_most_doubtful_first_and_reds_only_what_passes_the_flag_threshold():
+    from spanuq.score.views import fragment, position, shade, terminal_view
+
+    plain = terminal_view(_result(), colour_on=False)
+    listed = [line.split("'")[1] for line in plain.splitlines() if line.startswith("  0.")]
+    assert listed == ["1911", "Chemistry", "Nobel Prize"]  # û 0.85, 0.60, 0.30
+    assert "'1911'  chars 40-44  ν 5.0  likely wrong" in plain and "Chemistry'  chars 27-36  ν 5.0\n" in plain + "\n"
+    assert "3 spans, 1 likely wrong" in plain
+    # the colour scale bends at the flag: 0.6 is below a flag of 0.7, so amber at most, never red
+    assert position(0.6, 0.7) < 0.5 <= position(0.7, 0.7) and shade(0.6, 0.7) == shade(0.6 / 0.7 * 0.5, 0.5)
+    html = fragment(_result())
+    assert html.index("</b> 1911 <em>likely wrong</em>") < html.index("</b> Chemistry ") < html.index("</b> Nobel Prize ")
+    assert html.count('data-likely-wrong="true"') == 1
+
+
+def test_the_legend_says_what_u_means_for_an_own_answer_and_for_a_given_one():
+    from spanuq.score.views import legend
+
+    own, given = legend(_result("generated")), legend(_result("given", flag=0.62))
+    assert "would not say this again" in own and "its own answer" in own
+    assert "chance this fact is wrong" in given and "did not write" in given and "û ≥ 0.62" in given
+
+
+def test_an_answer_spanuq_could_not_judge_is_grey_with_nothing_likely_wrong():
+    from spanuq.score.views import GREY, fragment, terminal_view
+
+    r = _result(status="unverified", reasons=[("subject_unknown", "the backbone does not know this subject: ...")])
+    plain = terminal_view(r, colour_on=False)
+    assert plain.startswith("UNVERIFIED") and "0 likely wrong" in plain and "likely wrong\n" not in plain + "\n"
+    assert "unverified (subject_unknown): the backbone does not know this subject" in plain
+    coloured = terminal_view(r, colour_on=True)
+    assert f"48;2;{';'.join(map(str, GREY))}m" in coloured
+    assert 'data-likely-wrong="true"' not in fragment(r)
