@@ -709,7 +709,7 @@ def label_tolerating_no_labels(cfg):
 
 
 def test_given_answers_swap_the_answer_slot_and_template_it_for_train_and_dev_prompts(make_cfg, tok):
-    from spanuq.label.given import is_given, parent_id
+    from spanuq.label.answer_ids import is_given, parent_id
     from spanuq.label.sample_answers import read_answers
     from spanuq.label.stage import run_label
 

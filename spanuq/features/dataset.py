@@ -108,7 +108,7 @@ def load_examples(features_dir, labels_path, splits: tuple[str, ...] | None = No
     stage wrote (`spanuq.label.given`) are left out (False, what evaluation and model selection
     read), the only ones loaded (True) or loaded with the rest (None, what training reads).
     """
-    from ..label.given import is_given
+    from ..label.answer_ids import is_given
 
     from ..pipeline.files import read_records
     from ..pipeline.records import LabeledResponse

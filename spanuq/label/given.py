@@ -24,27 +24,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import LabelConfig
-from ..pipeline.records import Claim, Generation, LabeledResponse, Prompt, Sample
+from ..pipeline.records import Claim, Generation, LabeledResponse, Prompt
+from .answer_ids import SLOT, answer_id
 from .plant import fact_kind, rng_for, swap, wrong_values
 
-MARK = "@given-"
 TEMPLATES = Path(__file__).with_name("given_templates.txt")
 SPLITS = ("train", "dev")
 FACTOID = ("triviaqa", "longform_qa")
 PLANTED, REFERENCE = "given:planted", "given:reference"
-
-
-def answer_id(prompt_id: str, tag: str) -> str:
-    return f"{prompt_id}{MARK}{tag}"
-
-
-def is_given(answer: str) -> bool:
-    return MARK in answer
-
-
-def parent_id(answer: str) -> str:
-    head, sep, _ = answer.rpartition(MARK)
-    return head if sep else answer
 
 
 def templates(path: Path = TEMPLATES) -> list[str]:
@@ -64,9 +51,6 @@ def slot_claim(answer: str, claims: list[Claim]) -> tuple[Claim, bool] | None:
     if any(c is not slot and answer[c.start:c.end].lower() == anchor for c in claims):
         return None
     return slot, "reference:match" in slot.evidence
-
-
-SLOT = "slot"  # the claim id suffix of a given answer's slot: ``<answer id>:slot``
 
 
 def _claim(aid: str, text: str, start: int, end: int, wrong: bool, tag: str) -> Claim:
@@ -152,26 +136,3 @@ def given_answers(cfg: LabelConfig, prompts: dict[str, Prompt], gens: list[Gener
                                         unplaced=lost, token_ids=ids))
             out_claims += cs
     return rows, out_claims
-
-
-def slot_label(record: LabeledResponse) -> float | None:
-    """u* of a given answer's slot (1: a planted wrong value, 0: a reference), None without one."""
-    return next((s.u for s in record.spans if s.claim_id.endswith(f":{SLOT}")), None)
-
-
-def with_given_answers(gens: list[Generation], records: list[LabeledResponse]) -> list[Generation]:
-    """``gens`` and, after them, a generation record for every given answer of ``records``: its
-    prompt's chat prompt and samples, the given text and token ids as the answer."""
-    by_id = {g.prompt_id: g for g in gens}
-    out = list(gens)
-    for r in records:
-        if not is_given(r.prompt_id) or r.prompt_id in by_id:
-            continue
-        g = by_id.get(parent_id(r.prompt_id))
-        if g is None or r.token_ids is None:
-            raise KeyError(f"labels.jsonl names given answer {r.prompt_id!r}, whose prompt has no generation; "
-                           "re-run `spanuq label`")
-        out.append(g.model_copy(update={"prompt_id": r.prompt_id, "greedy": Sample(text=r.response,
-                                                                                   token_ids=r.token_ids),
-                                        "answer_given": True}))
-    return out

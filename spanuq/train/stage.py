@@ -205,7 +205,7 @@ def unknown_threshold(preds, given: list[ResponseExample], precision: float) -> 
     (`spanuq.model.unknown`), fitted on the dev given answers whose question the backbone answered
     itself: its swapped answer planted a wrong value (it was right: it knew) or put in the
     reference (it was wrong: it did not)."""
-    from ..label.given import is_given, parent_id
+    from ..label.answer_ids import is_given, parent_id
 
     knew = {parent_id(e.prompt_id): bool(e.u[e.meta["slot"]] >= 1.0) for e in given
             if e.prompt_id.endswith("@given-swap") and "slot" in e.meta}
@@ -310,7 +310,7 @@ def dev_summary(metrics: dict | None, *names: str) -> dict[str, float | None]:
 
 def run_train(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: labels + features → probe checkpoint, report, MLflow run."""
-    from ..label.given import is_given
+    from ..label.answer_ids import is_given
     from ..label.sample_answers import parse
     from ..llm.loading import load_tokenizer
     from ..pipeline import tracking
