@@ -124,7 +124,7 @@ def score_pairs(uq, pairs: list[PlantedPair], nlp, progress: bool) -> list[dict]
             u, iou = slot_score(r, twin.slot)
             row[name] = {"spanuq": u, "iou": iou, "covered": iou >= COVER_IOU, "u_seq": float(r.u_seq),
                          "surprisal_sum": surprisal[2 * i + j][0], "surprisal_mean": surprisal[2 * i + j][1],
-                         "tagger": tags[2 * i + j], "status": getattr(r, "status", "scored")}
+                         "tagger": tags[2 * i + j], "status": r.status, "flag": r.flag_threshold}
         rows.append(row)
     return rows
 
@@ -153,12 +153,21 @@ def summarise(rows: list[dict], bootstrap: int, seed: int) -> dict:
         table.append(row)
     correct = np.array([r["correct"]["spanuq"] for r in ok])
     planted = np.array([r["planted"]["spanuq"] for r in ok])
+    flag_c = np.array([r["correct"].get("flag", 0.5) for r in ok])
+    flag_p = np.array([r["planted"].get("flag", 0.5) for r in ok])
+    unverified = np.array([r["correct"].get("status") == "unverified" for r in ok])
     return {"pairs": len(rows), "scored_pairs": len(ok), "errors": [r["error"] for r in rows if "error" in r],
             "table": table,
             "correct_slots": {"n": len(correct), "mean_u": float(correct.mean()) if len(correct) else None,
-                              "share_u_ge_0.5": float((correct >= 0.5).mean()) if len(correct) else None},
+                              "share_u_ge_0.5": float((correct >= 0.5).mean()) if len(correct) else None,
+                              "share_likely_wrong": float((correct >= flag_c).mean()) if len(correct) else None},
             "planted_slots": {"n": len(planted), "mean_u": float(planted.mean()) if len(planted) else None,
-                              "share_u_ge_0.5": float((planted >= 0.5).mean()) if len(planted) else None},
+                              "share_u_ge_0.5": float((planted >= 0.5).mean()) if len(planted) else None,
+                              "share_likely_wrong": float((planted >= flag_p).mean()) if len(planted) else None},
+            "unverified_pairs": int(unverified.sum()),
+            "scored_only": {"pairs": int((~unverified).sum()),
+                            "spanuq": float(np.mean([outcome(p, c) for p, c, u in zip(planted, correct, unverified)
+                                                     if not u])) if (~unverified).any() else None},
             "ece": expected_calibration_error(np.r_[np.zeros(len(correct)), np.ones(len(planted))],
                                               np.r_[correct, planted]) if len(ok) else None}
 
@@ -190,9 +199,15 @@ def markdown(record: dict) -> str:
                          f"{v.get('wrong_to_right', 0)} | {v.get('changed', 0)} |")
     c, p = s["correct_slots"], s["planted_slots"]
     if c["n"]:
-        lines += ["", f"Correct slots: mean û {c['mean_u']:.3f}, {c['share_u_ge_0.5']:.1%} at û ≥ 0.5; planted slots: "
-                  f"mean û {p['mean_u']:.3f}, {p['share_u_ge_0.5']:.1%} at û ≥ 0.5; ECE of slot scores vs 0/1 "
-                  f"{s['ece']:.3f}."]
+        lines += ["", f"Correct slots: mean û {c['mean_u']:.3f}, {c['share_u_ge_0.5']:.1%} at û ≥ 0.5, "
+                  f"{c['share_likely_wrong']:.1%} shown as likely wrong (û ≥ the display threshold); planted slots: "
+                  f"mean û {p['mean_u']:.3f}, {p['share_u_ge_0.5']:.1%} at û ≥ 0.5, {p['share_likely_wrong']:.1%} "
+                  f"shown as likely wrong; ECE of slot scores vs 0/1 {s['ece']:.3f}."]
+        if s.get("unverified_pairs"):
+            so = s["scored_only"]
+            lines.append(f"{s['unverified_pairs']} pairs' correct twin is unverified (the backbone does not know the "
+                         f"subject); SpanUQ's pair accuracy over the {so['pairs']} others: "
+                         + ("–" if so["spanuq"] is None else f"{so['spanuq']:.3f}") + ".")
     return "\n".join(lines) + "\n"
 
 
