@@ -78,7 +78,7 @@ class LlamaCppGenerator:
             import llama_cpp as L
             from llama_cpp._logger import set_verbose
         except ImportError as e:
-            raise RuntimeError("generate.backend=llamacpp needs `pip install 'spanuq[server]'` (llama-cpp-python)") from e
+            raise RuntimeError("generate.backend=llamacpp needs `pip install 'llama-cpp-python[server]'` (llama-cpp-python)") from e
         g = cfg.generate
         self.cfg = g
         if model_path is None:

@@ -1,7 +1,7 @@
 """Start and stop the real llama.cpp OpenAI-compatible server on the shipped GGUF.
 
 ``python -m llama_cpp.server`` from the PyPI package ``llama-cpp-python``
-(``pip install 'spanuq[server]'``).  Used by `spanuq llama-server`, the generate stage,
+(``pip install 'llama-cpp-python[server]'``).  Used by `spanuq llama-server`, the generate stage,
 the score API and the tests.
 
 A server is trusted only once it has **proved itself**: ``/v1/models`` answering is not
@@ -108,7 +108,7 @@ class LlamaCppServer:
         try:
             import llama_cpp  # noqa: F401
         except ImportError as e:
-            raise RuntimeError("the llama.cpp server needs `pip install 'spanuq[server]'`") from e
+            raise RuntimeError("the llama.cpp server needs `pip install 'llama-cpp-python[server]'`") from e
         cmd = [sys.executable, "-X", "faulthandler", "-m", "llama_cpp.server", "--model", self.model_path,
                "--host", self.host, "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                "--n_threads", str(self.n_threads), "--model_alias", self.model_alias]
