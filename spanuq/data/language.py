@@ -9,7 +9,7 @@ guesses on text too short to tell.
 The identifier is py3langid (langid.py's naive Bayes over byte n-grams; its 0.4 model tells 140
 languages apart and is an npz file, loaded without pickle).  A text is *clearly other* when it has
 at least ``MIN_LETTERS`` letters and the identifier gives the expected languages together a probability
-below ``MAX_P_EXPECTED`` (`benchmarks/bench_language.py`, 2026-11-26): of 15,999 English texts
+below ``MAX_P_EXPECTED`` (`experiments/language_rule.py`, 2026-11-26): of 15,999 English texts
 of this project (the default and cpu-full runs' prompts, greedy answers and samples; the
 Mu-SHROOM English questions and answers) the rule flags 9, eight of them answers SmolLM2 wrote in
 Spanish, German or Portuguese and one an English answer that lists Cyrillic letters; it flags all

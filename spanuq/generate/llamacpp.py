@@ -7,7 +7,7 @@ sequences (a prompt's greedy answer and its S samples, several prompts at once) 
 one token per ``llama_decode`` call, each in its own KV stream, a prompt decoded once and its
 KV copied to the sequences that continue it.  A finished sequence frees its slot for the
 next waiting prompt at once.  178 tok/s in the default pipeline on the same 2 cores, 206 against the
-servers' 105 on the same prompts (`benchmarks/bench_generate.py`, `bench_llamacpp_batch.py`).
+servers' 105 on the same prompts (`benchmarks/bench_generate.py`, `experiments/llamacpp_batch.py`).
 
 Sampling is llama.cpp's own sampler chain with the server's defaults (`TOP_K` ...), one chain
 per sequence seeded from its prompt's seed (`hf.sample_seeds`): a prompt's samples do not depend
