@@ -88,8 +88,8 @@ class LlamaCppServer:
                  log_path: str | Path | None = None, startup_timeout_s: float = 120.0):
         self.model_path = str(model_path)
         self.host, self.port = host, port or free_port()
-        # one core is left to the client (tokenising, the stage itself): on 2 cores llama.cpp
-        # decodes 50 tok/s with 1 thread and 31 tok/s with 2 (benchmarks, 2026-11)
+        # one core is left to the client (tokenising, the stage itself): on a small machine llama.cpp
+        # decodes faster with one thread fewer than the cores than with all of them
         self.n_ctx, self.n_threads = n_ctx, n_threads or max(1, (os.cpu_count() or 2) - 1)
         self.model_alias = model_alias
         # a log always exists: it is what a crash report shows

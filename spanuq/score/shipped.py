@@ -47,7 +47,7 @@ def read_card(path: Path) -> dict | None:
 
 
 def describe(path: Path, source: str | Path | None = None) -> str:
-    """One line naming a probe folder: ``shipped smollm2-135m probe of 2026-11-30, sha256 0123456789ab
+    """One line naming a probe folder: ``shipped smollm2-135m probe of <card date>, sha256 0123456789ab
     (…/spanuq/probes/smollm2-135m)`` for the shipped one, else ``probe <source or path>, sha256 …``."""
     path = Path(path)
     sha = sha256_file(path / WEIGHTS)[:12]
