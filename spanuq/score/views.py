@@ -228,7 +228,7 @@ def fragment(result) -> str:
             f"{result.n_tokens} tokens · backbone {t.backbone_s:.2f} s, probe {t.probe_s:.3f} s"
             + (f", generation {t.generate_s:.2f} s" if t.generate_s is not None else ""))
     warnings = "".join(f'<p class="uq-warning" role="alert">warning: {html.escape(w)}</p>' for w in result.warnings)
-    probe = f'<p class="meta uq-probe">{html.escape(probe_line(result.probe))}</p>' if result.probe else ""
+    probe = f'<p class="meta uq-probe">scored by the {html.escape(result.probe)}</p>' if result.probe else ""
     return (f'<section class="spanuq-result">{warnings}{to_html(result.answer, result_spans(result))}'
             f'<p class="meta">{meta}</p><ol class="uq-list">{items}</ol>{probe}</section>')
 
