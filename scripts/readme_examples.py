@@ -1,4 +1,4 @@
-"""The README's examples, made by running them: `docs/terminal.txt` and `docs/web.png`.
+"""The README's examples, made by running them: `docs/terminal.txt` (and its block in README.md) and `docs/web.png`.
 
     python scripts/readme_examples.py [--no-picture]
 
@@ -24,6 +24,19 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "docs" / "examples"
 TERMINAL = REPO / "docs" / "terminal.txt"
 PICTURE = REPO / "docs" / "web.png"
+README = REPO / "README.md"
+MARK = "<!-- docs/terminal.txt, written by scripts/readme_examples.py: do not edit here -->"
+
+
+def readme_block(readme: str) -> str:
+    """The README's terminal example: the text block after `MARK`."""
+    rest = readme.split(MARK + "\n```text\n", 1)[1]
+    return rest.split("```\n", 1)[0]
+
+
+def with_block(readme: str, text: str) -> str:
+    """The README with its terminal example replaced by ``text``."""
+    return readme.replace(MARK + "\n```text\n" + readme_block(readme), MARK + "\n```text\n" + text, 1)
 
 
 def example() -> tuple[str, str]:
@@ -97,8 +110,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-picture", action="store_true", help="only docs/terminal.txt")
     args = ap.parse_args()
-    TERMINAL.write_text(terminal_text(), encoding="utf-8")
-    print(f"wrote {TERMINAL}")
+    text = terminal_text()
+    TERMINAL.write_text(text, encoding="utf-8")
+    README.write_text(with_block(README.read_text(encoding="utf-8"), text), encoding="utf-8")
+    print(f"wrote {TERMINAL} and its block in {README}")
     if not args.no_picture:
         picture(PICTURE)
         print(f"wrote {PICTURE}")
