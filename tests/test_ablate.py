@@ -64,14 +64,14 @@ def test_cross_validation_scores_every_greedy_training_answer_once_and_resumes(m
     prior = SurfacePrior(prompts={e.prompt_id: "Who?" for e in train + dev},
                          span_texts={e.prompt_id: ["Paris"] * len(e.u) for e in train + dev})
     saved = []
-    done, scored = cv_scores(cfg, rows, train, dev, 3, on_result=lambda d: saved.append(len(d)), prior=prior)
+    done, scored = cv_scores(cfg, rows, train, dev, 2, on_result=lambda d: saved.append(len(d)), prior=prior)
     assert sorted(e.prompt_id for e in scored) == sorted(e.prompt_id for e in train)
     n_spans = sum(len(e.u) for e in train)
     for name in ("surface prior", "default", "probe.ucir=false"):
-        assert sum(len(done[f"{k}/{name}"]["u"]) for k in range(3)) == n_spans  # every span, once
-    assert saved[-1] == len(done) == 9
-    again, _ = cv_scores(cfg, rows, train, dev, 3, done=done, on_result=lambda d: saved.append("retrained"),
+        assert sum(len(done[f"{k}/{name}"]["u"]) for k in range(2)) == n_spans  # every span, once
+    assert saved[-1] == len(done) == 6
+    again, _ = cv_scores(cfg, rows, train, dev, 2, done=done, on_result=lambda d: saved.append("retrained"),
                          prior=prior)
     assert again == done and saved[-1] != "retrained"
-    table = cv_table(cfg, rows, done, 3, scored, bootstrap=20)
+    table = cv_table(cfg, rows, done, 2, scored, bootstrap=20)
     assert "| default |" in table and "| probe.ucir=false |" in table and "| surface prior |" in table
