@@ -216,6 +216,11 @@ class LabelConfig(_Section):
     # up to this many samples of each training prompt are also training answers, labelled against
     # the greedy answer and the other samples (`label/sample_answers.py`); 0 = greedy answers only
     sample_answers: int = Field(default=0, ge=0)
+    # given answers for training and the given-answer calibration (`spanuq.label.given`): each train/dev
+    # factoid answer with its slot swapped (to a wrong value / to the reference), and this many
+    # templated short answers around the reference and around a wrong value
+    given_swaps: bool = False
+    given_templates: int = Field(default=0, ge=0)
     device: str = "auto"  # embedding / NLI model device
 
 
@@ -238,6 +243,9 @@ class ProbeConfig(_Section):
     dec_layers: int = 3
     dropout: float = 0.1
     use_entropy: bool = True
+    # token surprisal −log p(y_t | x, y_<t) as one more input beside entropy: how unexpected the token
+    # that is there was to the backbone (an answer it did not write is full of them)
+    use_surprisal: bool = False
     tau: float = 10.0
     enrichment: Literal["gate", "add", "concat", "off"] = "gate"
     pooling: Literal["attention", "mean"] = "attention"
@@ -314,6 +322,9 @@ class EvaluateConfig(_Section):
     validity_threshold: float = 0.5
     threshold_grid: list[float] = Field(default_factory=lambda: [round(0.05 * k, 2) for k in range(2, 19)])
     dup_iou: float = 0.5  # a kept span overlapping a higher-validity kept span above this IoU is a duplicate
+    # the display's "likely wrong" threshold per answer source: the lowest calibrated û at which the
+    # dev spans it flags are wrong (u* >= positive_threshold) at least this share of the time
+    flag_precision: float = Field(default=0.8, gt=0, le=1)
     positive_threshold: float = 0.5  # span AUROC: u* >= 0.5 is positive
     pair_gap: float = 0.3  # within-answer pair accuracy: pairs of one answer with |Δu*| >= pair_gap
     seq_positive_threshold: float = 0.3  # sequence AUROC@0.3

@@ -706,3 +706,40 @@ def label_tolerating_no_labels(cfg):
         run_label(cfg, progress=False)
     except ValueError as e:
         assert "no answer got a label" in str(e)
+
+
+def test_given_answers_swap_the_answer_slot_and_template_it_for_train_and_dev_prompts(make_cfg, tok):
+    from spanuq.label.given import is_given, parent_id
+    from spanuq.label.sample_answers import read_answers
+    from spanuq.label.stage import run_label
+
+    cfg = make_cfg("label.given_swaps=true", "label.given_templates=1", "prompts.split_by=prompts")
+    paths = write_inputs(cfg, tok)
+    more = [Prompt(id="de", domain="triviaqa", text="What is the capital of Germany?", references=["Berlin"]),
+            Prompt(id="it", domain="triviaqa", text="What is the capital of Italy?", references=["Rome"])]
+    splits = {"fr": "dev", "de": "dev", "ww": "test"}  # wrong values come from answers of the same split
+    write_jsonl(paths.prompts, [p.model_copy(update={"split": splits.get(p.id, "train")}) for p in PROMPTS + more])
+    write_jsonl(paths.generations, read_records(paths.generations, Generation) + [
+        generation(tok, "de", "The capital of Germany is Berlin.", ["Berlin.", "It is Berlin."]),
+        generation(tok, "it", "Rome is the capital of Italy.", ["Rome.", "It is Rome."])])
+    run_label(cfg, progress=False)
+    recs = {r.prompt_id: r for r in read_records(paths.labels, LabeledResponse)}
+    given = {k: r for k, r in recs.items() if is_given(k)}
+    assert {parent_id(k) for k in given} == {"au", "fr", "de", "it"}  # factoid train/dev prompts; never a test one
+    assert all(r.split == recs[parent_id(k)].split for k, r in given.items())
+    # "Sydney" (wrong) becomes the reference with u* = 0; "Paris" (right) becomes a planted city with u* = 1
+    au, fr = given["au@given-swap"], given["fr@given-swap"]
+    assert "Canberra" in au.response and "Sydney" not in au.response
+    assert {s.text: s.u for s in au.spans}["Canberra"] == 0.0
+    planted = [s for s in fr.spans if s.u == 1.0]
+    assert len(planted) == 1 and "Paris" not in fr.response and planted[0].text == "Berlin"
+    # templated twins: the reference at u* = 0, a wrong value at u* = 1, the slot their only span
+    right, wrong = given["fr@given-t0r"], given["fr@given-t0w"]
+    assert [s.u for s in right.spans] == [0.0] and right.spans[0].text == "Paris"
+    assert [s.u for s in wrong.spans] == [1.0] and wrong.spans[0].text != "Paris"
+    assert json.loads(paths.label_report.read_text())["given_answers"]["dev"]["templated"]["answers"] == 4
+    # the stages after `label` read them as given answers of their prompt, with their own tokens
+    answers = {g.prompt_id: g for g in read_answers(paths.generations, paths.labels)}
+    assert answers["au@given-swap"].answer_given and answers["au@given-swap"].greedy.text == au.response
+    assert answers["au@given-swap"].greedy.token_ids == au.token_ids
+    assert answers["au@given-swap"].chat_prompt == answers["au"].chat_prompt

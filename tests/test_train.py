@@ -112,3 +112,46 @@ def test_a_temperature_is_kept_only_when_it_helps_held_out_dev_answers():
     assert cv["used"] and 2.0 < t < 4.5 and cv["held_out_nll"] < cv["held_out_nll_t1"]
     t, cv = cross_validated_temperature(y, p)  # already calibrated: a fitted T only adds noise
     assert t == 1.0 and not cv["used"] and 0.7 < cv["fitted"] < 1.4
+
+
+def test_given_answers_get_their_own_mapping_and_likely_wrong_threshold_fitted_on_dev(make_cfg, tmp_path):
+    """Answers the backbone did not write are calibrated apart (`Calibration.for_source`): a bias b
+    and temperature T of their own (Platt on the logit), and a "likely wrong" threshold per source
+    chosen for precision on dev."""
+    from spanuq.metrics.ece import soft_bce
+    from spanuq.model.calibration import clipped_logit
+
+    cfg = _cfg(make_cfg, warmup_epochs=2, joint_epochs=2, patience=10)
+    dev, given = synthetic_examples(6, seed=1), synthetic_examples(12, seed=2)
+    for e in given:  # a given answer's labels sit apart from the own answers': mostly right slots
+        e.u = (e.u > 0.8).float()
+    model, _ = train_probe(cfg, synthetic_examples(8), dev, progress=False)
+    calibration, calib = calibrate_on_dev(model, dev, cfg, "cpu", given=given)
+    g = calib["given"]
+    assert g["used"] and g["spans"] == sum(len(e.u) for e in given)
+    assert calibration.given == {"temperature": g["temperature"], "bias": g["bias"], "flag": g["flag"]}
+    assert 0.05 <= calibration.flag <= 0.95 and 0.05 <= g["flag"] <= 0.95
+    # the given mapping fits the given answers' labels at least as well as the own answers' mapping does
+    preds = predict(model, given, calibration.raw())
+    raw = np.concatenate(all_span_scores(preds, given, key="u_raw")[0])
+    y = np.concatenate([e.u.numpy() for e in given])
+    for_given, for_own = calibration.for_source("given"), calibration.for_source("generated")
+    assert for_own is calibration and for_given.flag == g["flag"] and for_given.given is None
+    assert (soft_bce(y, clipped_logit(for_given.scores(raw)))
+            <= soft_bce(y, clipped_logit(for_own.scores(raw))) + 1e-9)
+    save_checkpoint(model, TINY, 32, tmp_path / "probe", calibration)
+    assert load_checkpoint(tmp_path / "probe").calibration == calibration
+
+
+def test_a_subject_the_backbone_does_not_know_is_told_by_flat_predictions_before_its_claims():
+    from spanuq.model.unknown import fit_unknown_threshold, knowledge_entropy
+
+    assert knowledge_entropy([0.5, 3.0, 1.0, 5.0], [(1, 2), (3, 3)]) == pytest.approx(4.0)  # first tokens 1 and 3
+    assert knowledge_entropy([0.5], []) is None
+    rng = np.random.default_rng(0)
+    knew = rng.random(200) < 0.5
+    stats = np.where(knew, rng.normal(1.0, 0.5, 200), rng.normal(3.0, 0.5, 200))
+    tau, info = fit_unknown_threshold(stats, knew, precision=0.9)
+    assert info["auroc"] > 0.95 and tau is not None and info["precision"] >= 0.9
+    assert np.mean(~knew[stats >= tau]) >= 0.9 and info["recall"] > 0.8
+    assert fit_unknown_threshold(stats, np.ones(200, bool))[0] is None  # it knew everything: no rule

@@ -3,6 +3,7 @@
     spanuq bench mushroom --split val --data ~/mu-shroom          # parse + cache the English files; choose settings
     spanuq bench mushroom --split test --probe data/smollm2-135m/probe   # once per probe (--force to re-read)
     spanuq bench mushroom-prompts --data mushroom.en-train_nolabel.v1.jsonl --out train.jsonl --fold 0/2
+    spanuq bench planted --probe shipped                          # a planted wrong fact vs the right one
 """
 from __future__ import annotations
 
@@ -33,7 +34,35 @@ def add_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
     t.add_argument("--fold", default=None, metavar="K/N", help="only the answers to the questions of fold K of N")
 
 
+    pl = sub.add_parser("planted", help="pairs of answers that differ in one fact: is the planted wrong value "
+                        "scored above the right one? (beside the backbone's surprisal, a tagger and û_seq)")
+    add_config_args(pl)
+    pl.add_argument("--probe", default=None, metavar="DIR|URI|shipped",
+                    help="probe checkpoint folder, MLflow URI or `shipped`; default: as `spanuq score`")
+    pl.add_argument("--facts", default=None, metavar="FILE",
+                    help="prompts with references (the prompts stage's format; meta.kind, meta.wrong optional); "
+                         "default: the bundled spanuq/bench/planted/facts.jsonl")
+    pl.add_argument("--pasted", default=None, metavar="FILE", help="multi-sentence answers with plants "
+                    "({id, domain, prompt, answer, plants: [{slot, kind, wrong}]}); default: the bundled pasted.jsonl")
+    pl.add_argument("--sources", default="templated,own,pasted",
+                    help="comma-separated: templated (short templated answers), own (the backbone's answer, its "
+                         "slot swapped), pasted (multi-sentence answers)")
+    pl.add_argument("--name", default="planted", help="output stem: data/<backbone>/bench/<name>.{json,md}")
+    pl.add_argument("--limit", type=int, default=None, help="only the first N facts and pasted pairs (a quick look)")
+    pl.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    pl.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
+
+
 def run_bench(args, cfg) -> int:
+    if args.bench == "planted":
+        from .planted_run import markdown, run_planted
+
+        out = run_planted(cfg, probe=args.probe, facts=args.facts, pasted=args.pasted,
+                          sources=tuple(s for s in args.sources.split(",") if s), name=args.name,
+                          bootstrap=args.bootstrap, seed=args.seed, progress=not args.no_progress, limit=args.limit)
+        print(markdown(json.loads(out.read_text())), end="")
+        print(f"bench planted: wrote {out} and {out.with_suffix('.md')}")
+        return 0
     if args.bench == "mushroom-prompts":
         from ..pipeline.files import write_jsonl
         from .mushroom_train import parse_fold, question_key, unlabelled_prompts

@@ -90,12 +90,13 @@ def item_scores(refs: list[dict], preds: list[dict]) -> tuple[np.ndarray, np.nda
     return np.asarray(ious), np.asarray(cors)
 
 
-def mean_ci(values: np.ndarray, bootstrap: int = 1000, seed: int = 0) -> dict:
-    """Mean over answers with a 95% percentile bootstrap interval (answers resampled)."""
+def mean_ci(values: np.ndarray, bootstrap: int = 1000, seed: int = 0, groups=None) -> dict:
+    """Mean over items with a 95% percentile bootstrap interval (items resampled; with ``groups``,
+    whole groups of items — e.g. the pairs of one question — are resampled together)."""
     values = np.asarray(values, dtype=float)
     if len(values) == 0:
         return undefined("no items")
     if bootstrap <= 0 or len(values) < 2:
         return defined(float(values.mean()))
-    means = [float(values[idx].mean()) for idx, _ in resample_indices(None, len(values), bootstrap, seed)]
+    means = [float(values[idx].mean()) for idx, _ in resample_indices(groups, len(values), bootstrap, seed)]
     return defined(float(values.mean()), percentile_ci(means), n_boot=len(means))

@@ -1,8 +1,8 @@
 """The `extract` stage: generations.jsonl → features/, the probe's input for every greedy answer
 (and every sample answer the label stage added to training, `label.sample_answers`).
 
-One teacher-forced pass of the frozen backbone per answer gives its fused hidden states and
-token entropy (`spanuq.llm.states.extract_batch`, paper Eq. 1).  Per-item results are cached
+One teacher-forced pass of the frozen backbone per answer gives its fused hidden states,
+token entropy and token surprisal (`spanuq.llm.states.extract_batch`, paper Eq. 1).  Per-item results are cached
 (content hash of backbone, layers, dtype, prompt and response ids), so the stage resumes
 after a crash; the stage then packs them into shards (see `store.py`).
 """
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 def _item_key(cfg: Config, layers: list[int], g: Generation) -> str:
     return content_hash({"backbone": cfg.backbone.name, "layers": layers, "dtype": cfg.extract.dtype,
-                         "bb_dtype": cfg.backbone.dtype, "chat": g.chat_prompt, "ids": g.greedy.token_ids, "v": 1})
+                         "bb_dtype": cfg.backbone.dtype, "chat": g.chat_prompt, "ids": g.greedy.token_ids, "v": 2})
 
 
 def run_extract(cfg: Config, progress: bool = True) -> Path:
@@ -60,7 +60,8 @@ def run_extract(cfg: Config, progress: bool = True) -> Path:
             items = extract_batch(model, tok, [g.chat_prompt for g in batch],
                                   [g.greedy.token_ids for g in batch], layers, out_dtype)
             for g, it in zip(batch, items):
-                save_file({"h": it.h.contiguous(), "entropy": it.entropy, "token_ids": it.token_ids},
+                save_file({"h": it.h.contiguous(), "entropy": it.entropy, "token_ids": it.token_ids,
+                           "surprisal": it.surprisal},
                           str(cache_dir / f"{keys[g.prompt_id]}.safetensors"))
                 n_tok += it.h.shape[0]
     seconds = time.perf_counter() - t0
@@ -70,7 +71,7 @@ def run_extract(cfg: Config, progress: bool = True) -> Path:
     total_tokens = 0
     for g in gens:
         t = load_file(str(cache_dir / f"{keys[g.prompt_id]}.safetensors"))
-        writer.add(g.prompt_id, FeatureItem(t["h"], t["entropy"], t["token_ids"]))
+        writer.add(g.prompt_id, FeatureItem(t["h"], t["entropy"], t["token_ids"], t["surprisal"]))
         total_tokens += t["h"].shape[0]
     index = writer.close()
     size = sum(p.stat().st_size for p in paths.features.glob("shard-*.safetensors"))

@@ -3,11 +3,11 @@
 Layout of a feature folder::
 
     index.json          {"meta": {...}, "shards": {name: sha256}, "items": {prompt_id: [shard, offset, length]}}
-    shard-00000.safetensors   h (N, d) fp16|bf16, entropy (N,) fp32, token_ids (N,) int32
+    shard-00000.safetensors   h (N, d) fp16|bf16, entropy (N,) fp32, surprisal (N,) fp32, token_ids (N,) int32
 
 Only the fused mean of the chosen layers is stored (paper Eq. 1): fusion is a
 mean, so this is lossless for the probe and |L| times smaller than the layers.
-Bytes per response token: 2·d (h) + 8 (entropy, token id).
+Bytes per response token: 2·d (h) + 12 (entropy, surprisal, token id).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 from ..llm.states import FeatureItem
 from ..pipeline.files import sha256_file, write_json
 
-FEATURE_SCHEMA_VERSION = 1
+FEATURE_SCHEMA_VERSION = 2  # 2: token surprisal beside entropy
 
 
 class ShardWriter:
@@ -59,6 +59,7 @@ class ShardWriter:
             "h": torch.cat([it.h for _, it in self._buf]).contiguous(),
             "entropy": torch.cat([it.entropy.float() for _, it in self._buf]).contiguous(),
             "token_ids": torch.cat([it.token_ids.to(torch.int32) for _, it in self._buf]).contiguous(),
+            "surprisal": torch.cat([it.surprisal.float() for _, it in self._buf]).contiguous(),
         }
         path = self.root / name
         save_file(tensors, str(path), metadata={"schema_version": str(FEATURE_SCHEMA_VERSION)})
@@ -114,6 +115,5 @@ class FeatureStore:
         name, offset, length = self.items[prompt_id]
         f = self._open(name)
         sl = slice(offset, offset + length)
-        return FeatureItem(
-            h=f.get_slice("h")[sl], entropy=f.get_slice("entropy")[sl], token_ids=f.get_slice("token_ids")[sl]
-        )
+        return FeatureItem(h=f.get_slice("h")[sl], entropy=f.get_slice("entropy")[sl],
+                           token_ids=f.get_slice("token_ids")[sl], surprisal=f.get_slice("surprisal")[sl])

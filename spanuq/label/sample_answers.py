@@ -37,9 +37,12 @@ def parse(answer: str) -> tuple[str, int] | None:
 
 
 def parent_id(answer: str) -> str:
-    """The prompt an answer belongs to (itself for an ordinary answer)."""
+    """The prompt an answer belongs to (itself for an ordinary answer): a sample answer's, or a
+    given answer's (`spanuq.label.given`)."""
+    from .given import parent_id as given_parent
+
     parsed = parse(answer)
-    return parsed[0] if parsed else answer
+    return parsed[0] if parsed else given_parent(answer)
 
 
 def usable(gen: Generation, k: int) -> list[int]:
@@ -94,9 +97,12 @@ def with_sample_answers(gens: list[Generation], answers: Iterable[str]) -> list[
 
 
 def read_answers(generations: str | Path, labels: str | Path | None = None) -> list[Generation]:
-    """Every record of generations.jsonl and, where labels.jsonl exists, the sample answers it names:
-    every answer a stage after `label` reads."""
+    """Every record of generations.jsonl and, where labels.jsonl exists, the sample answers and
+    the given answers (`spanuq.label.given`) it names: every answer a stage after `label` reads."""
+    from .given import with_given_answers
+
     gens = read_records(generations, Generation)
     if labels is None or not Path(labels).exists():
         return gens
-    return with_sample_answers(gens, (r.prompt_id for r in read_records(labels, LabeledResponse)))
+    records = read_records(labels, LabeledResponse)
+    return with_given_answers(with_sample_answers(gens, (r.prompt_id for r in records)), records)

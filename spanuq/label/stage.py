@@ -204,6 +204,32 @@ def label_sample_answers(cfg: Config, prompts: dict[str, Prompt], gens: list[Gen
     return kid_records, results
 
 
+def label_given_answers(cfg: Config, prompts: dict[str, Prompt], gens: list[Generation],
+                        records: list[LabeledResponse], results: list[LabelResult], tokenizer
+                        ) -> tuple[list[LabeledResponse], list[Claim]]:
+    """The given answers of the train and dev prompts (`given.py`): their label rows and claims."""
+    from .given import given_answers
+    from .units import load_spacy
+
+    if not (cfg.label.given_swaps or cfg.label.given_templates):
+        return [], []
+    claims = {g.prompt_id: r.claims for g, r in zip(gens, results)}
+    return given_answers(cfg.label, prompts, gens, records, claims, tokenizer, load_spacy(cfg.label.spacy_model))
+
+
+def given_answers_summary(records: list[LabeledResponse]) -> dict:
+    """What the given answers added (label report → ``given_answers``), per split and kind (the swapped
+    own answers, the templated ones): answers, labelled spans, and spans labelled wrong (u* = 1)."""
+    out: dict = {}
+    for r in records:
+        kind = "swap" if r.prompt_id.endswith("@given-swap") else "templated"
+        cell = out.setdefault(r.split, {}).setdefault(kind, {"answers": 0, "spans": 0, "wrong": 0})
+        cell["answers"] += 1
+        cell["spans"] += len(r.spans)
+        cell["wrong"] += sum(s.u >= 1.0 for s in r.spans)
+    return out
+
+
 def sample_answers_summary(records: list[LabeledResponse], k: int, positive_threshold: float) -> dict:
     """What the sample answers added to training (label report → ``sample_answers``)."""
     import numpy as np
@@ -232,10 +258,11 @@ def run_label(cfg: Config, progress: bool = True) -> Path:
         assign_label_splits(cfg, records, prompts)
         extra_records, extra_results = label_sample_answers(cfg, prompts, gens, records, labeller, cache, tokenizer,
                                                             progress)
+        given_records, given_claims = label_given_answers(cfg, prompts, gens, records, results, tokenizer)
         judge_stats = labeller.judge.stats.as_dict() if hasattr(labeller, "judge") else None
     seconds = time.perf_counter() - t0
-    write_jsonl(paths.claims, [c for res in results + extra_results for c in res.claims])
-    write_jsonl(paths.labels, records + extra_records)
+    write_jsonl(paths.claims, [c for res in results + extra_results for c in res.claims] + given_claims)
+    write_jsonl(paths.labels, records + extra_records + given_records)
     stat_sum: dict[str, int] = {}
     for res in results:
         for k, v in res.stats.items():
@@ -260,6 +287,8 @@ def run_label(cfg: Config, progress: bool = True) -> Path:
     if cfg.label.sample_answers:
         extra["sample_answers"] = sample_answers_summary(extra_records, cfg.label.sample_answers,
                                                          cfg.evaluate.positive_threshold)
+    if given_records:
+        extra["given_answers"] = given_answers_summary(given_records)
     truth_rows = [t for res in results for t in res.truth]
     extra["truth"] = truth_check(truth_rows, cfg.evaluate.positive_threshold, cfg.evaluate.bootstrap, cfg.evaluate.seed)
     report = label_report(records, cfg.label.uncertainty_bins, extra, cfg.evaluate.positive_threshold)

@@ -4,8 +4,9 @@
 answer token it has read, the probe's two inputs (`llm/states.py`):
 
 * fused state H̄_t (paper Eq. 1) at y_t's position, computed when y_t is fed;
-* entropy e_t of the distribution y_t was decoded from: the logits at the position before
-  y_t (the prompt's last position for y_1), kept from the previous feed.
+* entropy e_t of the distribution y_t was decoded from, and the surprisal −log p(y_t) under it:
+  the logits at the position before y_t (the prompt's last position for y_1), kept from the
+  previous feed.
 
 These are the quantities of one teacher-forced pass over [x; y] (`extract_batch`), computed
 a few tokens at a time.  Two ways to grow the answer use it:
@@ -24,7 +25,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from .states import FeatureItem, cache_kwargs, fuse_layers, token_entropy
+from .states import FeatureItem, cache_kwargs, fuse_layers, token_entropy, token_surprisal
 
 
 class StateCapture:
@@ -41,6 +42,7 @@ class StateCapture:
         self.ids: list[int] = []  # answer tokens fed so far
         self.h: list[torch.Tensor] = []  # (d,) fused state per answer token
         self.ent: list[torch.Tensor] = []  # () entropy per answer token
+        self.sur: list[torch.Tensor] = []  # () surprisal per answer token
         self.forwards, self.seconds = 0, 0.0  # forward passes on the answer's tokens and their time
         with torch.inference_mode():
             out = self._forward(list(prompt_ids))
@@ -68,6 +70,7 @@ class StateCapture:
         before = torch.cat([self.next_logits[None], logits[:-1]])  # row j: the distribution ids[j] came from
         self.h.extend(fused.to(self.out_dtype))
         self.ent.extend(token_entropy(before))
+        self.sur.extend(token_surprisal(before, ids))
         self.ids.extend(ids)
         self.next_logits = logits[-1]
 
@@ -76,7 +79,7 @@ class StateCapture:
         if n >= len(self.ids):
             return
         self.cache.crop(n - len(self.ids))  # a negative count: tokens to remove
-        del self.ids[n:], self.h[n:], self.ent[n:]
+        del self.ids[n:], self.h[n:], self.ent[n:], self.sur[n:]
         if n == 0:
             self.next_logits = self._prompt_logits
         else:  # the logits after token n-1 were not kept: one token re-fed gives them
@@ -109,4 +112,4 @@ class StateCapture:
         """The probe input of the first ``n`` answer tokens (all of them by default)."""
         n = len(self.ids) if n is None else n
         return FeatureItem(torch.stack(self.h[:n]).cpu(), torch.stack(self.ent[:n]).cpu(),
-                           torch.tensor(self.ids[:n], dtype=torch.int32))
+                           torch.tensor(self.ids[:n], dtype=torch.int32), torch.stack(self.sur[:n]).cpu())

@@ -11,7 +11,7 @@ C − P − (b − a) ≥ c answer tokens just before it (all of them near the s
 answer), and positions stay inside the context the backbone was trained on.  Tokens deep
 into a long answer thus lose the part of the answer more than C − P − c tokens back,
 as a sliding-window reader would; the entropy of token y_a comes from the logits at the
-position before it in the same pass, as in one pass.  Each token is computed once as a
+position before it in the same pass, as in one pass (so does its surprisal).  Each token is computed once as a
 target and at most once more as context, so the cost is at most twice one pass.
 """
 from __future__ import annotations
@@ -46,4 +46,4 @@ def extract_long(model, tokenizer, chat: str, ids: list[int], layers: list[int],
     parts = [feature_items(teacher_forced_ids(model, [prompt + ids[c0:a]], [ids[a:b]], pad, layers),
                            [ids[a:b]], out_dtype)[0] for c0, a, b in plan]
     return FeatureItem(torch.cat([p.h for p in parts]), torch.cat([p.entropy for p in parts]),
-                       torch.tensor(ids, dtype=torch.int32))
+                       torch.tensor(ids, dtype=torch.int32), torch.cat([p.surprisal for p in parts]))

@@ -4,7 +4,10 @@ For a greedy answer y = (y_1..y_T) to the chat-templated prompt x:
 
 * fused states  H̄_t = (1/|L|) Σ_{l∈L} H^(l)_t   (paper Eq. 1, `fuse_layers`), at the position of y_t;
 * token entropy e_t = −Σ_v p(v | x, y_<t) log p(v | x, y_<t), the entropy of the
-  distribution y_t was decoded from (logits at the position before y_t).
+  distribution y_t was decoded from (logits at the position before y_t);
+* token surprisal s_t = −log p(y_t | x, y_<t), how unexpected the token that is there was to the
+  backbone (≈ 0 for its own greedy choices, large where someone else's words differ from what it
+  would have said).
 
 Two ways to get them, one for each place that needs them:
 
@@ -35,6 +38,7 @@ class FeatureItem:
     h: torch.Tensor  # (T, d) fused hidden states
     entropy: torch.Tensor  # (T,)
     token_ids: torch.Tensor  # (T,) int32
+    surprisal: torch.Tensor | None = None  # (T,) −log p(y_t | x, y_<t); None in stores written without it
 
 
 def fuse_layers(hidden_states: Sequence[torch.Tensor] | torch.Tensor, layers: Sequence[int] | None = None
@@ -65,6 +69,13 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy (nats) of each row's softmax distribution."""
     logp = torch.log_softmax(logits.float(), -1)
     return -(logp.exp() * logp).sum(-1)
+
+
+def token_surprisal(logits: torch.Tensor, ids) -> torch.Tensor:
+    """−log p(ids[t]) (nats) under row t's softmax distribution, (T,) float32 on the CPU."""
+    logp = torch.log_softmax(logits.float(), -1)
+    idx = torch.as_tensor(list(ids), dtype=torch.long, device=logp.device)
+    return (-logp[torch.arange(len(idx), device=logp.device), idx]).cpu()
 
 
 @torch.inference_mode()
@@ -124,7 +135,7 @@ def token_logprobs(model, prompt_ids: list[list[int]], responses: list[list[int]
 def feature_items(pairs, responses: list[list[int]], out_dtype: torch.dtype = torch.float16) -> list[FeatureItem]:
     """`FeatureItem`s from `teacher_forced` output restricted to the fused layers."""
     return [FeatureItem(fuse_layers(hidden).to(out_dtype).cpu(), token_entropy(logits).cpu(),
-                        torch.tensor(list(resp), dtype=torch.int32))
+                        torch.tensor(list(resp), dtype=torch.int32), token_surprisal(logits, resp))
             for (hidden, logits), resp in zip(pairs, responses)]
 
 
@@ -178,5 +189,7 @@ def generate_with_states(model, tokenizer, chat: str, layers: list[int], max_new
                   output_hidden_states=True, use_cache=True)
         fused.append(fuse_layers(o.hidden_states, layers)[0, -1])
     h = torch.stack(fused[:T]).to(out_dtype).cpu()
-    ent = token_entropy(torch.stack([lg[0] for lg in out.logits[:T]])).cpu()
-    return Generated(text, ids, not stopped, FeatureItem(h, ent, torch.tensor(ids, dtype=torch.int32)))
+    logits = torch.stack([lg[0] for lg in out.logits[:T]])
+    return Generated(text, ids, not stopped, FeatureItem(h, token_entropy(logits).cpu(),
+                                                         torch.tensor(ids, dtype=torch.int32),
+                                                         token_surprisal(logits, ids)))

@@ -70,3 +70,42 @@ def fit_temperature(u_true, u_pred, bounds: tuple[float, float] = T_BOUNDS) -> f
     res = minimize_scalar(lambda log_t: soft_bce(y, z / np.exp(log_t)), bounds=(lo, hi),
                           method="bounded", options={"xatol": 1e-6})
     return float(np.exp(res.x))
+
+
+def fit_platt(u_true, u_pred, bounds: tuple[float, float] = T_BOUNDS) -> tuple[float, float]:
+    """``(T, b)`` minimising ``soft_bce(u*, logit(û) / T + b)``: temperature scaling with a bias
+    (Platt scaling on the logit), for scores whose level is off as well as their spread — û of
+    answers the backbone did not write. Convex in (1/T, b); solved with L-BFGS-B, T kept in ``bounds``."""
+    from scipy.optimize import minimize
+
+    y = unit_interval(u_true, "u_true")
+    z = clipped_logit(unit_interval(u_pred))
+    if y.shape != z.shape:
+        raise ValueError(f"u_true {y.shape} and u_pred {z.shape} differ in length")
+    if y.size == 0:
+        raise ValueError("cannot fit a calibration on zero items")
+    res = minimize(lambda w: soft_bce(y, z * w[0] + w[1]), x0=np.array([1.0, 0.0]), method="L-BFGS-B",
+                   bounds=[(1.0 / bounds[1], 1.0 / bounds[0]), (-20.0, 20.0)])
+    return float(1.0 / res.x[0]), float(res.x[1])
+
+
+def flag_threshold(u_true, u_cal, precision: float, positive: float = 0.5, min_flagged: int = 10,
+                   grid: np.ndarray | None = None) -> tuple[float, dict]:
+    """The lowest threshold t on calibrated û at which the spans flagged (û ≥ t) are wrong
+    (u* ≥ ``positive``) at least ``precision`` of the time, over at least ``min_flagged`` spans:
+    the most a reader is told "likely wrong" while that stays mostly true. Where no t reaches the
+    precision, the t of the highest precision (ties: the lower t). Returns t and what it achieves."""
+    y = unit_interval(u_true, "u_true") >= positive
+    p = unit_interval(u_cal)
+    grid = np.round(np.arange(0.05, 0.951, 0.01), 2) if grid is None else np.asarray(grid)
+    rows = []
+    for t in grid:
+        flagged = p >= t
+        n = int(flagged.sum())
+        if n >= min_flagged:
+            rows.append((float(t), float(y[flagged].mean()), n, float((flagged & y).sum() / max(1, y.sum()))))
+    if not rows:
+        return 0.5, {"precision": None, "flagged": 0, "recall": None, "reached": False}
+    ok = [r for r in rows if r[1] >= precision]
+    t, prec, n, rec = ok[0] if ok else max(rows, key=lambda r: (r[1], -r[0]))
+    return t, {"precision": prec, "flagged": n, "recall": rec, "reached": bool(ok), "target": precision}

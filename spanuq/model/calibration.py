@@ -4,15 +4,21 @@ The train stage chooses the validity threshold of shown spans (best dev detectio
 fits a temperature ``T`` for û on every labelled dev span; both travel in the checkpoint's
 ``config.json`` with the duplicate IoU the spans were shown with.  Temperature scaling maps
 
-    û_T = σ(logit(û) / T)
+    û_T = σ(logit(û) / T + b)
 
 (û clipped to [1e-6, 1 − 1e-6] first, so 0 and 1 stay finite): ``T > 1`` softens
-over-confident scores towards 0.5, ``T < 1`` sharpens them, ``T = 1`` is the identity.
+over-confident scores towards 0.5, ``T < 1`` sharpens them, ``T = 1, b = 0`` is the identity.
 How ``T`` is fitted is `spanuq.metrics.ece.fit_temperature`.
+
+An answer the backbone did not write (pasted, another model's) is read teacher-forced and
+looks unlike the backbone's own answers to the probe, so it gets a mapping of its own (T and a
+bias b, Platt scaling, `spanuq.metrics.ece.fit_platt`), fitted on the dev split's given answers
+(`spanuq.label.given`): `Calibration.for_source`. Each source also stores ``flag``, the
+calibrated û at and above which a span is shown as likely wrong, chosen on dev for precision.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from scipy.special import expit, logit
@@ -41,38 +47,64 @@ def apply_temperature(u_pred, temperature: float) -> np.ndarray:
     return expit(clipped_logit(unit_interval(u_pred)) / float(temperature))
 
 
+SOURCES = ("generated", "given")
+
+
 @dataclass(frozen=True)
 class Calibration:
     """How a probe's outputs become the scores and spans a reader sees (stored with the checkpoint).
 
-    ``temperature``: T of û (1 = raw û); ``validity_threshold``: a query is shown when its
-    validity p reaches it; ``dup_iou``: a shown span whose token IoU with a higher-validity
-    shown span exceeds it is a duplicate and is dropped."""
+    ``temperature`` T and ``bias`` b map raw û to ``σ(logit(û)/T + b)`` (T = 1, b = 0: raw û);
+    ``validity_threshold``: a query is shown when its validity p reaches it; ``dup_iou``: a shown
+    span whose token IoU with a higher-validity shown span exceeds it is a duplicate and is
+    dropped; ``flag``: a span at or above this calibrated û is shown as likely wrong (chosen on
+    dev for precision). These hold for the backbone's own answers; ``given`` holds T, b and flag
+    fitted on answers the backbone did not write (`for_source`), None when none were fitted."""
 
     temperature: float = 1.0
     validity_threshold: float = 0.5
     dup_iou: float = 0.5
+    bias: float = 0.0
+    flag: float = 0.5
+    given: dict | None = field(default=None, hash=False, compare=True)
 
     def __post_init__(self) -> None:
         if not self.temperature > 0:
             raise ValueError(f"calibration temperature must be > 0, got {self.temperature}")
+        if self.given is not None and not self.given.get("temperature", 1.0) > 0:
+            raise ValueError(f"given-answer temperature must be > 0, got {self.given['temperature']}")
 
     def scores(self, u_raw) -> np.ndarray:
-        """û_T of raw û (the identity at T = 1)."""
+        """Calibrated û of raw û (the identity at T = 1, b = 0)."""
         u = np.asarray(u_raw, dtype=np.float64)
-        return u if self.temperature == 1.0 else apply_temperature(u, self.temperature).reshape(u.shape)
+        if self.temperature == 1.0 and self.bias == 0.0:
+            return u
+        return expit(clipped_logit(unit_interval(u)) / self.temperature + self.bias).reshape(u.shape)
+
+    def for_source(self, source: str) -> "Calibration":
+        """The calibration of answers of ``source``: ``generated`` (the backbone's own, this one) or
+        ``given`` (written elsewhere: the ``given`` mapping and flag when fitted, else this one)."""
+        if source not in SOURCES:
+            raise ValueError(f"answer source must be one of {SOURCES}, not {source!r}")
+        if source == "generated" or self.given is None:
+            return self
+        g = self.given
+        return replace(self, temperature=float(g.get("temperature", 1.0)), bias=float(g.get("bias", 0.0)),
+                       flag=float(g.get("flag", self.flag)), given=None)
 
     def with_threshold(self, threshold: float | None) -> "Calibration":
         """This calibration with another validity threshold (None keeps it)."""
         return self if threshold is None else replace(self, validity_threshold=float(threshold))
 
     def raw(self) -> "Calibration":
-        """This calibration without the temperature: û as the probe gives it."""
-        return replace(self, temperature=1.0)
+        """This calibration without the û mapping: û as the probe gives it (for every source)."""
+        return replace(self, temperature=1.0, bias=0.0, given=None)
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Calibration":
-        return cls(**{k: float(v) for k, v in d.items()})
+        given = d.get("given")
+        return cls(**{k: float(v) for k, v in d.items() if k != "given"},
+                   given=None if given is None else {k: float(v) for k, v in given.items()})

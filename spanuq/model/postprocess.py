@@ -253,6 +253,7 @@ class States(Protocol):
 
     h: torch.Tensor  # (T, d) fused hidden states
     entropy: torch.Tensor  # (T,) token entropy
+    surprisal: torch.Tensor | None  # (T,) token surprisal, when stored
 
 
 def pad_states(items: Sequence[States]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -272,6 +273,16 @@ def pad_states(items: Sequence[States]) -> tuple[torch.Tensor, torch.Tensor, tor
     return h, ent, mask, lengths
 
 
+def pad_surprisal(items: Sequence[States]) -> torch.Tensor | None:
+    """(B, T_max) token surprisal of answers, zero-padded on the right; None when one has none."""
+    if any(getattr(it, "surprisal", None) is None for it in items):
+        return None
+    out = torch.zeros(len(items), max(int(it.h.shape[0]) for it in items), dtype=torch.float32)
+    for i, it in enumerate(items):
+        out[i, : int(it.h.shape[0])] = it.surprisal.float()
+    return out
+
+
 @torch.no_grad()
 def predict(probe, items: Sequence[States], calibration: Calibration, answers: Sequence[Answer | None] | None = None, *,
             batch_size: int = 16, device: str | torch.device = "cpu",
@@ -286,8 +297,11 @@ def predict(probe, items: Sequence[States], calibration: Calibration, answers: S
     out: list[Prediction] = []
     try:
         for s in range(0, len(items), batch_size):
-            h, ent, mask, lengths = (x.to(device) for x in pad_states(items[s: s + batch_size]))
-            o = probe(h, ent if probe.cfg.use_entropy else None, mask, lengths)
+            batch = items[s: s + batch_size]
+            h, ent, mask, lengths = (x.to(device) for x in pad_states(batch))
+            sur = pad_surprisal(batch) if probe.cfg.use_surprisal else None
+            o = probe(h, ent if probe.cfg.use_entropy else None, mask, lengths,
+                      surprisal=None if sur is None else sur.to(device))
             out += post(o, lengths, answers[s: s + batch_size] if answers is not None else None,
                         prompt_ids[s: s + batch_size])
     finally:

@@ -1,6 +1,6 @@
 """The SpanUQ probe (paper §3.1, App. A): a DETR-style span detector + uncertainty scorer.
 
-    H̄ (B,T,d) [+ token entropy] [--standardise (train mean/std)] --Linear--> (B,T,d_p) + sinusoidal PE
+    H̄ (B,T,d) [+ token entropy] [+ token surprisal] [--standardise (train mean/std)] --Linear--> (B,T,d_p) + sinusoidal PE
         --2-layer pre-norm encoder--> Z
     N learnable queries --3-layer pre-norm decoder (self-attn, cross-attn on Z, FFN)--> q̂ per layer
     per layer heads:  boundaries (b̂, ê) from q̂
@@ -85,7 +85,7 @@ class SpanUQProbe(nn.Module):
         self.cfg = cfg
         self.d_model = d_model
         dp = cfg.d_proj
-        d_in = d_model + int(cfg.use_entropy)
+        d_in = d_model + int(cfg.use_entropy) + int(cfg.use_surprisal)
         if cfg.standardize:  # set from the training data by `set_input_stats`, saved with the weights
             self.register_buffer("input_mean", torch.zeros(d_in))
             self.register_buffer("input_std", torch.ones(d_in))
@@ -163,12 +163,19 @@ class SpanUQProbe(nn.Module):
         self.input_std.copy_(std.to(self.input_std).clamp_min(floor))
 
     # ---- pieces -------------------------------------------------------------------------
-    def inputs(self, h: torch.Tensor, entropy: torch.Tensor | None) -> torch.Tensor:
-        """x = [H̄; entropy], standardised when the probe is, (B, T, d_in)."""
+    def inputs(self, h: torch.Tensor, entropy: torch.Tensor | None,
+               surprisal: torch.Tensor | None = None) -> torch.Tensor:
+        """x = [H̄; entropy; surprisal] (the scalars the config asks for), standardised when the
+        probe is, (B, T, d_in)."""
         x = h
         if self.cfg.use_entropy:
             ent = entropy if entropy is not None else torch.zeros(h.shape[:2], dtype=h.dtype, device=h.device)
-            x = torch.cat([h, ent.unsqueeze(-1).to(h.dtype)], dim=-1)
+            x = torch.cat([x, ent.unsqueeze(-1).to(h.dtype)], dim=-1)
+        if self.cfg.use_surprisal:
+            if surprisal is None:
+                raise ValueError("this probe reads token surprisal (probe.use_surprisal) and none was given: "
+                                 "features stored before it need `spanuq extract` again")
+            x = torch.cat([x, surprisal.unsqueeze(-1).to(h.dtype)], dim=-1)
         if self.cfg.standardize:
             x = (x - self.input_mean.to(x.dtype)) / self.input_std.to(x.dtype)
         return x
@@ -289,10 +296,12 @@ class SpanUQProbe(nn.Module):
 
     # ---- forward --------------------------------------------------------------------------
     def forward(self, h: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor,
-                lengths: torch.Tensor, targets: list[dict] | None = None) -> dict:
+                lengths: torch.Tensor, targets: list[dict] | None = None,
+                surprisal: torch.Tensor | None = None) -> dict:
         """h (B,T,d) fused states; entropy (B,T) or None; mask (B,T) bool (True = real token);
         lengths (B,) long; targets (``Batch.targets``): only read in training mode, to
-        build denoising queries when ``dn_groups > 0``.
+        build denoising queries when ``dn_groups > 0``; surprisal (B,T), read when
+        ``probe.use_surprisal``.
 
         Returns a dict:
           spans (B,N,2) normalised [b̂, ê]; validity_logits (B,N); u (B,N) final û
@@ -304,7 +313,7 @@ class SpanUQProbe(nn.Module):
           adds ``dn``: {"rounds": like ``rounds`` for the denoising queries, "meta":
           ``queries.build_denoising``'s dict}.
         """
-        x_in = self.inputs(h, entropy)
+        x_in = self.inputs(h, entropy, surprisal)
         z = self.encode(x_in, mask)
         skip = self.skip_proj(x_in) if self.cfg.span_skip else None
         B, N = h.shape[0], self.cfg.n_queries

@@ -139,3 +139,6 @@ class LabeledResponse(_Record):
     status: Literal["ok", "empty", "no_claims", "error"] = "ok"
     error: str | None = None
     unplaced: int = 0  # claims of this answer that could not be placed on its tokens
+    # a given answer the label stage wrote (`spanuq.label.given`): its canonical token ids, since no
+    # generation record holds them
+    token_ids: list[int] | None = Field(default=None, exclude_if=lambda v: v is None)

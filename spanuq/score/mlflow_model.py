@@ -9,15 +9,18 @@ into the model; loading executes this file and ``load_context`` reads the weight
 
 Input (one row per response):
   * a pandas DataFrame with a column ``h`` (T×d hidden states: list of lists or a 2-D array)
-    and optionally ``entropy`` (T floats), ``id``, and ``text`` with ``offsets`` (the answer and
-    the [start, end) characters of each of its T tokens, from the backbone's tokenizer);
+    and optionally ``entropy`` (T floats), ``surprisal`` (T floats; required by a probe that reads
+    it, ``probe.use_surprisal``), ``id``, and ``text`` with ``offsets`` (the answer and the
+    [start, end) characters of each of its T tokens, from the backbone's tokenizer);
   * or a dict ``{"h": ..., "entropy": ...}`` for one response (or columns of lists for many);
   * or a list of such dicts.
 An answer longer than the probe was trained on (``window_tokens``: the model config that
 `log_probe` wrote, else the checkpoint's) is read in overlapping windows and merged as
 `SpanUQ.score` does (`spanuq.score.windows`).
 ``params={"threshold": 0.5}`` overrides the validity threshold stored with the probe (chosen on
-dev; a negative value, the default, keeps it); ``params={"calibrated": False}`` returns raw û instead of the dev-calibrated score.
+dev; a negative value, the default, keeps it); ``params={"calibrated": False}`` returns raw û instead of the dev-calibrated score;
+``params={"source": "given"}`` scores answers the backbone did not write with their own calibration
+(`Calibration.for_source`; default ``generated``).
 
 Output: a list with one dict per response:
   ``{"id": ..., "spans": [{"start", "end", "u", "u_raw", "p", "nu"}, ...], "u_seq": float}``,
@@ -43,6 +46,7 @@ from spanuq.score.windows import predict_windows
 class _States:
     h: Any  # torch.Tensor (T, d)
     entropy: Any  # torch.Tensor (T,)
+    surprisal: Any = None  # torch.Tensor (T,) or None
 
 
 def _rows(model_input: Any) -> list[dict]:
@@ -115,11 +119,12 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
         params = params or {}
         threshold = float(params["threshold"]) if params.get("threshold") is not None else None
         calibration = self.ckpt.calibration.with_threshold(None if threshold is not None and threshold < 0 else threshold)
+        calibration = calibration.for_source(str(params.get("source") or "generated"))
         if not bool(params.get("calibrated", True)):
             calibration = calibration.raw()
         rows = _rows(model_input)
         d = self.ckpt.d_model
-        hs, ents, answers = [], [], []
+        hs, ents, surs, answers = [], [], [], []
         for i, r in enumerate(rows):
             h = _matrix(r["h"], f"row {i}: h")
             if h.shape[0] == 0:
@@ -132,9 +137,17 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
             if e is not None and e.shape[0] != h.shape[0]:
                 raise ValueError(f"row {i}: entropy has {e.shape[0]} values for T={h.shape[0]} tokens")
             ents.append(e)
+            s = r.get("surprisal")
+            s = None if s is None or (np.ndim(s) == 0 and s != s) else np.asarray(s, dtype=np.float32).reshape(-1)
+            if s is not None and s.shape[0] != h.shape[0]:
+                raise ValueError(f"row {i}: surprisal has {s.shape[0]} values for T={h.shape[0]} tokens")
+            if s is None and self.ckpt.probe.cfg.use_surprisal:
+                raise ValueError(f"row {i}: this probe reads token surprisal: give `surprisal` (T floats)")
+            surs.append(s)
             answers.append(_answer(r, h.shape[0], i))
-        states = [_States(torch.from_numpy(h), torch.from_numpy(e) if e is not None else torch.zeros(h.shape[0]))
-                  for h, e in zip(hs, ents)]
+        states = [_States(torch.from_numpy(h), torch.from_numpy(e) if e is not None else torch.zeros(h.shape[0]),
+                          None if s is None else torch.from_numpy(s))
+                  for h, e, s in zip(hs, ents, surs)]
         if self.window:
             preds = predict_windows(self.ckpt.probe, states, calibration, answers, window=int(self.window),
                                     batch_size=16, device="cpu")

@@ -83,7 +83,7 @@ def test_examples(path: Path, model, tokenizer, layers: list[int], dtype: str, b
             u = torch.tensor([x["u"] for x in r["spans"]], dtype=torch.float32)
             out.append(ResponseExample(r["prompt_id"], r["domain"], "test", it.h.float(), it.entropy.float(),
                                        list(r["token_ids"]), spans, u, r["u_seq"], r["response"],
-                                       {"unplaced": r.get("unplaced", 0)}))
+                                       {"unplaced": r.get("unplaced", 0)}, it.surprisal))
     return out
 
 

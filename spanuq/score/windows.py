@@ -70,6 +70,7 @@ class _Slice:
 
     h: torch.Tensor
     entropy: torch.Tensor
+    surprisal: torch.Tensor | None = None
 
 
 def merge_windows(preds: Sequence[Prediction], windows: Sequence[tuple[int, int]], T: int,
@@ -118,7 +119,8 @@ def predict_windows(probe, items: Sequence[States], calibration: Calibration,
     for i, (it, plan) in enumerate(zip(items, plans)):
         a = answers[i] if answers is not None else None
         for s, e in plan:
-            slices.append(_Slice(it.h[s:e], it.entropy[s:e]))
+            sur = getattr(it, "surprisal", None)
+            slices.append(_Slice(it.h[s:e], it.entropy[s:e], None if sur is None else sur[s:e]))
             slice_answers.append(Answer(a.text, list(a.offsets[s:e])) if a is not None else None)
             owner.append(i)
     preds = predict(probe, slices, calibration, slice_answers, batch_size=batch_size, device=device,

@@ -23,6 +23,7 @@ import math
 import os
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import Config, scoring_settings
-from ..metrics.ece import fit_temperature
-from ..metrics.uq import metric_value
+from ..metrics.ece import fit_platt, fit_temperature, flag_threshold
+from ..metrics.uq import metric_value, to_numpy
 from ..evaluate.scoring import all_span_scores, evaluate_predictions
 from ..features.dataset import ResponseExample, answers, collate, input_stats, load_examples, training_examples
 from ..llm.loading import resolve_device
@@ -42,6 +43,7 @@ from ..model.losses import SetCriterion
 from ..model.matcher import HungarianMatcher
 from ..model.postprocess import Answer, predict, select_spans
 from ..model.probe import SpanUQProbe
+from ..model.unknown import fit_unknown_threshold, knowledge_entropy
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
 
@@ -126,11 +128,14 @@ def cross_validated_temperature(u_true: list[np.ndarray], u_raw: list[np.ndarray
 
 
 def calibrate_on_dev(model, dev: list[ResponseExample], cfg: Config, device,
-                     answer_texts: list[Answer | None] | None = None) -> tuple[Calibration, dict]:
+                     answer_texts: list[Answer | None] | None = None, given: list[ResponseExample] | None = None,
+                     given_texts: list[Answer | None] | None = None) -> tuple[Calibration, dict]:
     """Choose the validity threshold (best dev detection F1 over ``evaluate.threshold_grid``;
-    ties go to the threshold nearest 0.5) and fit the temperature of û on every labelled dev
-    span (`cross_validated_temperature`): the `Calibration` the checkpoint stores, and what the
-    train report records of the choice."""
+    ties go to the threshold nearest 0.5), fit the temperature of û on every labelled dev span
+    (`cross_validated_temperature`) and the "likely wrong" threshold (`flag_threshold`), all on
+    the backbone's own dev answers ``dev``; with ``given`` (the dev split's given answers), their
+    own mapping and threshold (`calibrate_given`). The `Calibration` the checkpoint stores, and
+    what the train report records of the choice."""
     from ..evaluate.detection import detection_metrics
 
     ec = cfg.evaluate
@@ -150,8 +155,59 @@ def calibrate_on_dev(model, dev: list[ResponseExample], cfg: Config, device,
     raw, _ = all_span_scores(preds, dev, iou_threshold=ec.iou_threshold, key="u_raw")
     temperature, cv = cross_validated_temperature([e.u.numpy() for e in dev], raw)
     calibration = Calibration(temperature, float(thr), ec.dup_iou)
-    return calibration, {"temperature": temperature, "temperature_cv": cv, "validity_threshold": float(thr),
-                         "dev_f1_by_threshold": {f"{t:g}": f for t, f in f1s.items()}}
+    y = np.concatenate([e.u.numpy() for e in dev])
+    flag, flag_info = flag_threshold(y, calibration.scores(np.concatenate(raw)), ec.flag_precision,
+                                     ec.positive_threshold)
+    calibration = replace(calibration, flag=flag)
+    info = {"temperature": temperature, "temperature_cv": cv, "validity_threshold": float(thr),
+            "dev_f1_by_threshold": {f"{t:g}": f for t, f in f1s.items()}, "flag": flag, "flag_dev": flag_info}
+    if given:
+        calibration, info["given"] = calibrate_given(model, given, calibration, cfg, device, given_texts)
+    return calibration, info
+
+
+def calibrate_given(model, given: list[ResponseExample], calibration: Calibration, cfg: Config, device,
+                    answer_texts: list[Answer | None] | None = None) -> tuple[Calibration, dict]:
+    """û's mapping for answers the backbone did not write (`spanuq.label.given`): T and a bias b
+    (`fit_platt`) on every labelled span of the dev split's given answers, scored with the spans
+    the own-answer calibration shows, and their "likely wrong" threshold (`flag_threshold`)."""
+    ec = cfg.evaluate
+    preds = predict(model, given, calibration.raw(), answer_texts, batch_size=cfg.train.batch_size, device=device)
+    raw, _ = all_span_scores(preds, given, iou_threshold=ec.iou_threshold, key="u_raw")
+    y, s = np.concatenate([e.u.numpy() for e in given]), np.concatenate(raw)
+    if len(y) < 2 or np.ptp(y) == 0:
+        return calibration, {"used": False, "reason": "too few or one-class given dev spans"}
+    t, b = fit_platt(y, s)
+    mapped = replace(calibration, temperature=t, bias=b, given=None)
+    flag, flag_info = flag_threshold(y, mapped.scores(s), ec.flag_precision, ec.positive_threshold)
+    fitted = {"temperature": t, "bias": b, "flag": flag}
+    tau, unknown_info = unknown_threshold(preds, given, ec.flag_precision)
+    if tau is not None:
+        fitted["unknown_entropy"] = tau
+    return (replace(calibration, given=fitted),
+            {"used": True, "answers": len(given), "spans": int(len(y)), **fitted, "flag_dev": flag_info,
+             "unknown_dev": unknown_info})
+
+
+def unknown_threshold(preds, given: list[ResponseExample], precision: float) -> tuple[float | None, dict]:
+    """The entropy above which a given answer is about a subject the backbone does not know
+    (`spanuq.model.unknown`), fitted on the dev given answers whose question the backbone answered
+    itself: its swapped answer planted a wrong value (it was right: it knew) or put in the
+    reference (it was wrong: it did not)."""
+    from ..label.given import is_given, parent_id
+
+    knew = {parent_id(e.prompt_id): bool(e.u[e.meta["slot"]] >= 1.0) for e in given
+            if e.prompt_id.endswith("@given-swap") and "slot" in e.meta}
+    stats, labels = [], []
+    for p, e in zip(preds, given):
+        if not is_given(e.prompt_id) or parent_id(e.prompt_id) not in knew:
+            continue
+        spans = to_numpy(p.spans, np.int64).reshape(-1, 2)[np.asarray(p.keep, dtype=np.int64)]
+        stat = knowledge_entropy(e.entropy.numpy(), [tuple(x) for x in spans])
+        if stat is not None:
+            stats.append(stat)
+            labels.append(knew[parent_id(e.prompt_id)])
+    return fit_unknown_threshold(stats, labels, precision)
 
 
 def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExample],
@@ -165,7 +221,7 @@ def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExa
     d_model = train[0].h.shape[1]
     model = SpanUQProbe(cfg.probe, d_model)
     if cfg.probe.standardize:
-        model.set_input_stats(*input_stats(train, cfg.probe.use_entropy))
+        model.set_input_stats(*input_stats(train, cfg.probe.use_entropy, cfg.probe.use_surprisal))
     model = model.to(device)
     criterion = SetCriterion(cfg.loss, HungarianMatcher.from_config(cfg.loss), seed=tc.seed)
     ema = None
@@ -191,7 +247,8 @@ def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExa
         for s in range(0, len(order), tc.batch_size):
             batch = collate([train[i] for i in order[s: s + tc.batch_size]]).to(device)
             out = model(batch.h, batch.entropy if cfg.probe.use_entropy else None, batch.mask, batch.lengths,
-                        targets=batch.targets)  # targets: denoising queries (probe.dn_groups)
+                        targets=batch.targets,  # targets: denoising queries (probe.dn_groups)
+                        surprisal=batch.surprisal if cfg.probe.use_surprisal else None)
             loss, parts = criterion(out, batch.targets, phase=phase, lengths=batch.lengths)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -242,7 +299,8 @@ def dev_summary(metrics: dict | None, *names: str) -> dict[str, float | None]:
 
 def run_train(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: labels + features → probe checkpoint, report, MLflow run."""
-    from ..label.sample_answers import parent_id
+    from ..label.given import is_given
+    from ..label.sample_answers import parse
     from ..llm.loading import load_tokenizer
     from ..pipeline import tracking
     from ..score.registry import log_probe
@@ -252,6 +310,7 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
     # their missing spans would teach "no claim here"
     train, dropped = training_examples(paths.features, paths.labels)
     dev = load_examples(paths.features, paths.labels, ("dev",))
+    dev_given = load_examples(paths.features, paths.labels, ("dev",), given=True)
     tokenizer = load_tokenizer(cfg)
     if not train:
         raise ValueError(f"no training examples in {paths.labels}; check the label stage's report")
@@ -266,12 +325,14 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
         seconds = time.perf_counter() - t0
         device = resolve_device(cfg.train.device)
         dev_answers = answers(tokenizer, dev)
-        calibration, calib = calibrate_on_dev(model, dev, cfg, device, dev_answers)
+        calibration, calib = calibrate_on_dev(model, dev, cfg, device, dev_answers, dev_given,
+                                              answers(tokenizer, dev_given))
         dev_metrics = evaluate_model(model, dev, cfg, device, calibration, dev_answers) if dev else None
         summary = dev_summary(dev_metrics, "auroc", "mae", "f1", "coverage", "pair_accuracy")
         dev_auroc = summary["dev_auroc"]
         report = {"backbone": cfg.backbone.name, "n_train": len(train), "n_dev": len(dev),
-                  "n_train_sample_answers": sum(parent_id(e.prompt_id) != e.prompt_id for e in train),
+                  "n_train_sample_answers": sum(parse(e.prompt_id) is not None for e in train),
+                  "n_train_given_answers": sum(is_given(e.prompt_id) for e in train), "n_dev_given": len(dev_given),
                   "train_dropped_unplaced": dropped, **calib,
                   "train_spans": int(sum(len(e.u) for e in train)), "seconds": round(seconds, 1),
                   "best_epoch": info["best_epoch"], "epochs_run": info["epochs_run"],
