@@ -1,11 +1,11 @@
-# The two commands of the README: `make repro` and `make test`.
+# setup (every extra), repro (the default pipeline), test, bench: the README's commands.
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export MLFLOW_DISABLE_TELEMETRY ?= true
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup repro test test-all bench ship-probe
+.PHONY: setup repro test test-all bench bench-gpu bench-install ship-probe
 setup:
 	bash scripts/setup.sh
 
@@ -22,14 +22,14 @@ test: setup  ## the default test suite (slow end-to-end runs excluded)
 test-all: setup  ## every test, including the slow end-to-end pipeline runs
 	python -m pytest -q -m "slow or not slow"
 
-bench: setup
-	python benchmarks/bench_generate.py
-	python benchmarks/bench_extract.py
-	python benchmarks/bench_probe.py
-	python benchmarks/bench_score.py
-	python benchmarks/bench_serve.py
-	python benchmarks/bench_long_speed.py
-	python benchmarks/bench_long.py
+bench: setup  ## the product benchmarks (generation, extraction, probe, score, serve, stream, long answers): one table
+	python benchmarks/run.py
+
+bench-gpu: setup  ## SpanUQ at the paper's shapes on a CUDA GPU
+	python benchmarks/bench_gpu.py
+
+bench-install: setup  ## size and time of the scoring install (pip install .) against the full one
+	python benchmarks/bench_install.py
 
 ship-probe: setup  ## re-train the shipped probe (cpu-full preset) and re-ship it: make ship-probe MUSHROOM=<mu-shroom checkout>
 	bash scripts/retrain_shipped_probe.sh $(MUSHROOM)

@@ -28,6 +28,7 @@ from spanuq.llm.loading import chat_prompt, load_backbone, response_token_ids  #
 from spanuq.llm.presets import get_preset  # noqa: E402
 from spanuq.llm.presets import fused_layers  # noqa: E402
 from spanuq.llm.states import extract_batch  # noqa: E402
+from table import report  # noqa: E402 - benchmarks/table.py: make bench's one table
 
 TEXT = ("Marie Curie was a Polish and naturalised-French physicist and chemist who conducted pioneering "
         "research on radioactivity. She was the first woman to win a Nobel Prize, the first person to win "
@@ -73,6 +74,8 @@ def main() -> None:
     print(f"storage ({args.dtype}): {shards / n_tok:.1f} bytes per response token in shards "
           f"(target 2·d = {2 * d_model} for h, + 8 for entropy and token id), "
           f"index {index_bytes / len(resps):.0f} bytes per response")
+    report("extract", f"teacher-forced pass, batch {args.batch}", n_tok / seconds, "tokens/s")
+    report("extract", f"stored states ({args.dtype})", shards / n_tok, "bytes/token")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from spanuq.config import load_config  # noqa: E402
 from spanuq.generate.base import greedy_and_samples  # noqa: E402
 from spanuq.generate.stage import open_generator, prompt_seed  # noqa: E402
 from spanuq.llm.loading import chat_prompt, load_tokenizer  # noqa: E402
+from table import report  # noqa: E402 - benchmarks/table.py: make bench's one table
 
 QUESTIONS = [
     "What is the capital of Australia?", "Who discovered penicillin?", "Tell me a bio of Marie Curie.",
@@ -77,6 +78,8 @@ def main() -> None:
         print(f"{backend:>7}: greedy {r['greedy_tok_s']:6.1f} tok/s ({r['greedy_s_per_prompt']:.2f} s/prompt); "
               f"{args.samples} samples {r['sample_tok_s']:6.1f} tok/s ({r['samples_s_per_prompt']:.2f} s/prompt); "
               f"both as the stage asks {r['both_tok_s']:6.1f} tok/s ({r['both_s_per_prompt']:.2f} s/prompt)  [{label}]")
+        report("generate", f"{label}: greedy answer", r["greedy_tok_s"], "tok/s")
+        report("generate", f"{label}: greedy + {args.samples} samples", r["both_tok_s"], "tok/s")
     if args.pipeline:
         with tempfile.TemporaryDirectory() as tmp:
             over = ["-o", f"paths.data={tmp}/data", "-o", f"paths.cache={tmp}/cache"]

@@ -13,6 +13,7 @@ import argparse
 import json
 
 import torch
+from table import report  # benchmarks/table.py: make bench's one table
 
 
 def main() -> None:
@@ -44,6 +45,7 @@ def main() -> None:
         t = best.timings
         print(f"| {best.n_tokens:,} | {best.windows} | {passes} | {t.backbone_s:.2f} | {t.probe_s:.2f} | "
               f"{t.total_s:.2f} | {1000 * t.total_s / best.n_tokens:.2f} |", flush=True)
+        report("long answer", f"score a given {best.n_tokens:,}-token answer ({best.windows} windows)", t.total_s, "s")
 
 
 if __name__ == "__main__":

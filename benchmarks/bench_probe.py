@@ -27,6 +27,7 @@ from spanuq.config import LossConfig, ProbeConfig, load_config
 from spanuq.llm.presets import get_preset
 from spanuq.model.losses import SetCriterion
 from spanuq.model.probe import SpanUQProbe
+from table import report  # benchmarks/table.py: make bench's one table
 
 # the paper's set decoder: every issue-9 switch off (ProbeConfig keeps the rest)
 PAPER_DECODER = {"seq_weighting": "paper", "query_selection": "learned", "refine": False, "dn_groups": 0}
@@ -125,11 +126,13 @@ def main() -> None:
         results.append((name, mean))
         print(f"probe {name:32s} d={d:5d} d_p={cfg.d_proj:4d} N={cfg.n_queries:3d}: "
               f"{n / 1e6:7.2f}M params, forward {mean * 1e3:8.1f} ms ± {sd * 1e3:.1f} per response")
+        report("probe", f"forward, {name}, T = {T}", mean * 1e3, "ms")
     steps = -(-args.train_answers // args.train_batch)
     for name, cfg, d in rows[1:]:
         mean, sd = time_train_step(cfg, default.loss, d, args.train_batch, args.train_tokens, max(3, args.repeats // 2))
         print(f"train step {name:27s} B={args.train_batch} T={args.train_tokens}: {mean * 1e3:8.1f} ms ± "
               f"{sd * 1e3:.1f}; epoch of {args.train_answers} answers ≈ {mean * steps:.2f} s")
+        report("probe", f"train step, {name}, B = {args.train_batch}", mean * 1e3, "ms")
     if args.skip_backbone:
         return
     name, gen_s, fwd_s, n_new = time_backbone(T)
@@ -138,6 +141,7 @@ def main() -> None:
     for pname, mean in results:
         print(f"ratio probe [{pname}] / {name} generation: {mean / gen_s:.2%}   "
               f"(/ forward pass: {mean / fwd_s:.1%})")
+        report("probe", f"probe / generation, {pname}", 100 * mean / gen_s, "%")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import tempfile
 import time
 
 import torch
+from table import report  # benchmarks/table.py: make bench's one table
 
 
 def main() -> None:
@@ -73,6 +74,7 @@ def main() -> None:
         tok, gen = mean(path, "tokens"), mean(path, "gen")
         print(f"{path:<10} {tok:7.1f} {gen:11.3f} {tok / gen:7.1f} {mean(path, 'bb'):11.3f} {mean(path, 'probe'):8.4f} "
               f"{mean(path, 'total'):8.3f}")
+        report("score", f"score(prompt), {path}, ~{tok:.0f}-token answers", mean(path, "total"), "s")
     tok, gen = mean("hf_plain", "tokens"), mean("hf_plain", "gen")
     print(f"{'hf plain':<10} {tok:7.1f} {gen:11.3f} {tok / gen:7.1f} {'-':>11} {'-':>8} {'-':>8}")
     print()
@@ -80,6 +82,7 @@ def main() -> None:
         ratios = [r["probe"] / r["gen"] for r in rows[path]]
         print(f"probe overhead / {path} generation of the same answer: {100 * statistics.mean(ratios):.2f}% "
               f"(max {100 * max(ratios):.2f}%)")
+        report("score", f"probe / generation, {path}", 100 * statistics.mean(ratios), "%")
     print(f"score(prompt) / llama.cpp generation alone: {mean('llamacpp', 'total') / mean('llamacpp', 'gen'):.3f}x")
     print(f"score(prompt) / transformers generation alone (hf capture vs plain): "
           f"{mean('hf', 'total') / mean('hf_plain', 'gen'):.3f}x")

@@ -19,6 +19,7 @@ import tempfile
 import time
 
 import httpx
+from table import report  # benchmarks/table.py: make bench's one table
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -95,6 +96,8 @@ def main() -> None:
             n, wall, lat, errors = asyncio.run(level(url, bodies, conc, args.seconds))
             print(f"{conc:7d} {n:5d} {errors:6d} {n / wall:10.2f} {statistics.median(lat):7.2f} "
                   f"{percentile(lat, 0.95):7.2f}")
+            report("serve", f"{conc} client{'s' * (conc > 1)}, {mode}", n / wall, "answers/s",
+                   f"p95 {percentile(lat, 0.95):.2f} s, {errors} errors")
         print(f"micro-batches run by the worker: {httpx.get(f'{url}/health').json()['batches']}")
     finally:
         proc.terminate()

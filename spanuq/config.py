@@ -149,7 +149,7 @@ class GenerateConfig(_Section):
     launch_server: bool = False
     # llama-cpp-python's server decodes one request at a time (a global lock; n > 1 returns one
     # choice), so the stage starts several single-thread servers and spreads prompts over them:
-    # None = one per CPU core, at most 4 (2 cores: 95-133 tok/s vs 69 for one server, same load)
+    # None = one per CPU core, at most 4 (several single-thread servers decode more than one server with every core)
     server_processes: int | None = None
     server_threads: int | None = None  # threads per launched server; None: the cores left per server (>= 1)
     # backend=llamacpp: the shipped GGUF in-process, this many sequences decoded together (a
@@ -255,7 +255,7 @@ class ProbeConfig(_Section):
     ucir: bool = True
     ucir_alpha: float = 0.7
     boundary: Literal["regression", "pointer"] = "regression"
-    # issue 9 (docs/detector.md): paper-compatible unless switched on
+    # the detector's additions (docs/detector.md): paper-compatible unless switched on
     seq_weighting: Literal["validity", "paper"] = "validity"  # Eq. 8 weights: softmax(log p + imp) | softmax(p·imp)
     query_selection: Literal["learned", "two_stage"] = "learned"  # two_stage: top encoder proposals seed reference spans
     refine: bool = False  # reference spans refined layer by layer (decoder predicts offsets)

@@ -36,7 +36,7 @@ def make_cfg(tmp_path):
 @pytest.fixture(scope="session")
 def llama_server():
     """The real llama.cpp OpenAI-compatible server on the shipped SmolLM2 GGUF, on 127.0.0.1."""
-    pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
+    pytest.importorskip("llama_cpp", reason="needs `pip install 'llama-cpp-python[server]'`")
     from spanuq.llm.llamacpp import LlamaCppServer
     from spanuq.llm.loading import gguf_path
     from spanuq.llm.presets import get_preset
@@ -69,7 +69,7 @@ def probe_dir(tmp_path_factory) -> Path:
 def scorer(probe_dir, tmp_path_factory):
     """`SpanUQ` on the real backbone, loaded once per session (threshold 0: every query is a
     candidate, so a random probe still yields spans); llama.cpp generation of <= 24 tokens."""
-    pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
+    pytest.importorskip("llama_cpp", reason="needs `pip install 'llama-cpp-python[server]'`")
     from spanuq import SpanUQ
     from spanuq.config import load_config
 

@@ -41,3 +41,37 @@ def test_rows_train_on_the_same_split_and_make_one_table(make_cfg):
     again = ablate_rows(cfg, more, train, dev, test, progress=False, done=res[:1])
     assert again[0] is res[0] and again[1] is not res[1] and again[2]["name"] == "three"
     assert ablate_rows(cfg, changed, train, dev, test, progress=False, done=res)[0] is not res[0]
+
+
+def test_cross_validation_scores_every_greedy_training_answer_once_and_resumes(make_cfg):
+    """`spanuq ablate --cv K`: folds by prompt (a prompt's sample answers stay in its fold), each row
+    and the surface prior score every held-out greedy answer once, a finished (fold, row) is kept."""
+    from spanuq.train.cv import cv_rows, cv_scores, cv_table, fold_of
+
+    cfg = make_cfg("train.batch_size=4", "train.warmup_epochs=1", "train.joint_epochs=1")
+    cfg = cfg.model_copy(update={"probe": TINY})
+    train, dev = synthetic_examples(6, seed=0), synthetic_examples(2, seed=1)
+    for i, e in enumerate(train):
+        e.prompt_id = f"triviaqa-{i}"
+    folds = fold_of([e.prompt_id for e in train], 3)
+    assert sorted(folds.values()) == [0, 0, 1, 1, 2, 2]
+    rows = cv_rows(cfg, ["default", "probe.ucir=false"])
+    assert rows[1].set == {"probe.ucir": False}
+    with pytest.raises(ValueError, match="no ablate.rows named"):
+        cv_rows(cfg, ["no such row"])
+    from spanuq.baselines.surface_prior import SurfacePrior
+
+    prior = SurfacePrior(prompts={e.prompt_id: "Who?" for e in train + dev},
+                         span_texts={e.prompt_id: ["Paris"] * len(e.u) for e in train + dev})
+    saved = []
+    done, scored = cv_scores(cfg, rows, train, dev, 2, on_result=lambda d: saved.append(len(d)), prior=prior)
+    assert sorted(e.prompt_id for e in scored) == sorted(e.prompt_id for e in train)
+    n_spans = sum(len(e.u) for e in train)
+    for name in ("surface prior", "default", "probe.ucir=false"):
+        assert sum(len(done[f"{k}/{name}"]["u"]) for k in range(2)) == n_spans  # every span, once
+    assert saved[-1] == len(done) == 6
+    again, _ = cv_scores(cfg, rows, train, dev, 2, done=done, on_result=lambda d: saved.append("retrained"),
+                         prior=prior)
+    assert again == done and saved[-1] != "retrained"
+    table = cv_table(cfg, rows, done, 2, scored, bootstrap=20)
+    assert "| default |" in table and "| probe.ucir=false |" in table and "| surface prior |" in table

@@ -229,7 +229,7 @@ def test_in_process_llama_cpp_decodes_a_prompts_answer_and_samples_together(make
     together.  Four slots for 3 prompts x (1 greedy + 3 samples) = 12 sequences: a prompt's later
     samples start from a copy of a running sibling's KV cut back to the prompt.  Seeded samples
     repeat; greedy answers start as a one-slot run's do (float sums differ with the batch)."""
-    pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
+    pytest.importorskip("llama_cpp", reason="needs `pip install 'llama-cpp-python[server]'`")
     base = ["generate.backend=llamacpp", "generate.n_samples=3", "generate.max_new_tokens=24",
             "generate.sample_max_new_tokens=12", "generate.llamacpp_ctx=256"]
     cfg = make_cfg(*base, "generate.llamacpp_slots=4")
@@ -247,7 +247,7 @@ def test_in_process_llama_cpp_decodes_a_prompts_answer_and_samples_together(make
 
 
 def test_in_process_llama_cpp_stops_on_stop_strings_and_refuses_a_prompt_too_long(make_cfg):
-    pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
+    pytest.importorskip("llama_cpp", reason="needs `pip install 'llama-cpp-python[server]'`")
     from spanuq.generate.llamacpp import LlamaCppGenerator
     from spanuq.llm.loading import chat_prompt, load_tokenizer
 
@@ -278,7 +278,7 @@ def test_a_sequences_context_follows_the_answer_budget_unless_set():
 def test_in_process_llama_cpp_that_cannot_run_here_is_an_error_not_a_dead_stage(make_cfg, tmp_path):
     """The build is proved in a child process first: a GGUF (or build) that kills llama.cpp
     kills the child, and this process raises with how it ended."""
-    pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
+    pytest.importorskip("llama_cpp", reason="needs `pip install 'llama-cpp-python[server]'`")
     import os
 
     from spanuq.generate.llamacpp import LlamaCppGenerator
@@ -391,7 +391,7 @@ def test_raising_or_lowering_the_number_of_samples_reuses_the_samples_already_dr
     """Sample j of a prompt has its own seed, so S = 2 drawn earlier are the first two of S = 3:
     raising S draws only the third (the same one a fresh S = 3 run draws), lowering it cuts with
     no model call at all."""
-    pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
+    pytest.importorskip("llama_cpp", reason="needs `pip install 'llama-cpp-python[server]'`")
     base = ["generate.backend=llamacpp", "generate.max_new_tokens=16", "generate.sample_max_new_tokens=10",
             "generate.llamacpp_ctx=256", "generate.llamacpp_slots=4"]
     two, _ = generate_all(make_cfg(*base, "generate.n_samples=2"), PROMPTS[:2], cache_dir=tmp_path / "a", progress=False)

@@ -7,7 +7,7 @@ import httpx
 import psutil
 import pytest
 
-pytest.importorskip("llama_cpp", reason="needs `pip install 'spanuq[server]'`")
+pytest.importorskip("llama_cpp", reason="needs `pip install 'llama-cpp-python[server]'`")
 
 from spanuq.llm.llamacpp import LlamaCppServer, ServerCrashed, describe_exit  # noqa: E402
 from spanuq.llm.loading import gguf_path  # noqa: E402

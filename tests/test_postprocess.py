@@ -71,3 +71,14 @@ def test_calibration_is_the_identity_at_t_one_and_pulls_towards_half_above():
     assert np.array_equal(Calibration(temperature=1.0).scores(u), u)
     cal = Calibration(temperature=2.0).scores(u)
     assert cal[2] == pytest.approx(0.5) and np.all(np.abs(cal - 0.5) <= np.abs(u - 0.5) + 1e-12)
+
+
+def test_the_function_word_list_is_spacys_rule():
+    """Scoring reads the function words from a word list (no spaCy at scoring time); it is spaCy's
+    English stop words that are not number words (`python scripts/make_word_lists.py` rewrites it)."""
+    from spacy.lang.en.lex_attrs import like_num
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    from spanuq.model.postprocess import function_words
+
+    assert function_words() == frozenset(w for w in STOP_WORDS if not like_num(w))

@@ -77,7 +77,7 @@ def test_kle_is_one_for_mutually_contradicting_answers_and_small_for_equivalent_
 
 @pytest.fixture(scope="module")
 def polygraph():
-    est = pytest.importorskip("lm_polygraph.estimators", reason="pip install 'spanuq[reference]'")
+    est = pytest.importorskip("lm_polygraph.estimators", reason="pip install 'spanuq[dev]'")
     return est
 
 

@@ -15,10 +15,8 @@ validity is at least ``v_min``:
   not a setting of the probe's own row).
 
 Characters covered by no such span score 0.  The spans come as the product shows them, trimmed
-of the function words at their edges ("in Beijing" -> "Beijing", `spanuq.model.postprocess`);
-until 2026-11-25 that trimming was a setting of this mapping, chosen on validation, and the
-shipped probe's test read was made with it on.  The combination and ``v_min`` are free
-settings, chosen on the validation split (`select.py`).
+of the function words at their edges ("in Beijing" -> "Beijing", `spanuq.model.postprocess`).
+The combination and ``v_min`` are free settings, chosen on the validation split (`select.py`).
 """
 from __future__ import annotations
 

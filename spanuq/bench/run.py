@@ -34,7 +34,7 @@ from .probe_chars import probe_variants, u_seq_chars
 from .select import Method, choose, predictions
 
 ANCHORS = Path(__file__).with_name("mushroom_anchors.yaml")
-CONTROL = "entities_numbers"  # the control the probe must beat (issue 19)
+CONTROL = "entities_numbers"  # the control the probe must beat
 DELTAS = (CONTROL, "claim_units")  # paired differences against the text-only taggers
 
 

@@ -1,18 +1,17 @@
 """In-process llama.cpp backend: every sequence of a batch decoded together (continuous batching).
 
 llama-cpp-python's server decodes one request at a time, so the ``server`` backend spreads
-prompts over one single-thread server per core (~102 tok/s on 2 cores).  Here the shipped
+prompts over one single-thread server per core.  Here the shipped
 GGUF runs in this process through llama.cpp's own batch API: up to ``llamacpp_slots``
 sequences (a prompt's greedy answer and its S samples, several prompts at once) advance by
 one token per ``llama_decode`` call, each in its own KV stream, a prompt decoded once and its
 KV copied to the sequences that continue it.  A finished sequence frees its slot for the
-next waiting prompt at once.  178 tok/s in the default pipeline on the same 2 cores, 206 against the
-servers' 105 on the same prompts (`benchmarks/bench_generate.py`, `bench_llamacpp_batch.py`).
+next waiting prompt at once: faster than the servers on the same prompts (`benchmarks/bench_generate.py`,
+`experiments/llamacpp_batch.py`; figures in docs/results.md).
 
 Sampling is llama.cpp's own sampler chain with the server's defaults (`TOP_K` ...), one chain
 per sequence seeded from its prompt's seed (`hf.sample_seeds`): a prompt's samples do not depend
-on which prompts share its batch (the default run's generations were identical with 16 and 48
-prompts a call), up to float rounding where a batch's composition changes its sums.
+on which prompts share its batch, up to float rounding where a batch's composition changes its sums.
 
 The build is proved in a child process before it is loaded here (`prove_in_child`): a llama.cpp
 built for another CPU dies with SIGILL/SIGSEGV on its first real forward pass, and that must be
@@ -78,7 +77,7 @@ class LlamaCppGenerator:
             import llama_cpp as L
             from llama_cpp._logger import set_verbose
         except ImportError as e:
-            raise RuntimeError("generate.backend=llamacpp needs `pip install 'spanuq[server]'` (llama-cpp-python)") from e
+            raise RuntimeError("generate.backend=llamacpp needs `pip install 'llama-cpp-python[server]'` (llama-cpp-python)") from e
         g = cfg.generate
         self.cfg = g
         if model_path is None:

@@ -11,8 +11,8 @@ in [0, 1], and a ``threshold`` above which a pair counts as equivalent:
   model's ``label2id``, never assumed), e.g. ``microsoft/deberta-large-mnli``.
 * `KeyTermAligner`: wraps an aligner and zeroes every pair whose key terms
   disagree (`terms.terms_agree`).  Embedding similarity cannot see a
-  contradiction — "the capital is Canberra" and "the capital is Sydney" have
-  cosine 0.88, "born 1879" and "born 1880" 0.94 — so the embedding default is
+  contradiction — "the capital is Canberra" and "the capital is Sydney", or "born
+  1879" and "born 1880", are close neighbours — so the embedding default is
   always wrapped; NLI models judge contradiction themselves.  ``context`` (the
   prompt) exempts the terms the user already named.
 """

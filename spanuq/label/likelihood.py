@@ -14,12 +14,10 @@ it as w pseudo-samples beside the S real ones (`records.soft_label`):
     u*_k = 1 − (Σ_s support_s(k) + w · p̄_k) / (S + w)
 
 It refines the coarse vote where the samples tie, and weighs a claim the model was unsure of
-when it said it.  Measured (docs/labels.md "Likelihood votes"): on the cpu-full run's 947 answer slots
-the label-truth check (`truth.py`) goes 0.766 (w = 0, the paper's Eq. 11) → 0.788 (w = 1: the vote's
-ties broken; none of the 6,101 claims changes side of 0.5) → 0.823 (w = 10).
-But at w = 10 the labels are mostly the one-pass cue itself (1 − p̄ ranks them at 0.90), and a
-probe trained on them did no better on human labels (Mu-SHROOM validation), so the default is
-w = 0.  The pass is the extract stage's (same chat prompt, same canonical tokens), batched, run
+when it said it.  A large w lifts the label-truth check (`truth.py`), but then the labels are
+mostly the one-pass cue itself and a probe trained on them did no better on human labels
+(docs/labels.md "Likelihood votes", figures in docs/results.md), so the default is w = 0 (the
+paper's Eq. 11).  The pass is the extract stage's (same chat prompt, same canonical tokens), batched, run
 only for the answers not yet in the label cache (`prefetch`).
 """
 from __future__ import annotations

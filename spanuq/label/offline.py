@@ -29,9 +29,9 @@ and no Wikipedia dump.  For one greedy answer with S samples:
    say it, so it is no evidence against it.  A claim on which every sample
    abstains is dropped.  A sample that says nothing about a claim at all (no key
    term, no sentence near it even before the key-term gate) votes against it, as in
-   the paper; ``label.omission: abstain`` makes it abstain instead — measured, that
-   lowers the truth check (`truth.py`) from 0.846 to 0.772 at S = 7: a model that
-   goes quiet about a claim when asked again is itself a sign the claim is wrong.
+   the paper; ``label.omission: abstain`` makes it abstain instead, which lowers the
+   truth check (`truth.py`; docs/results.md): a model that goes quiet about a claim
+   when asked again is itself a sign the claim is wrong.
 3. **Verification against references** (bundled prompts carry acceptable
    answers).  A claim whose anchor matches a reference answer is verified
    correct, so its support stays the sample agreement.  For factoid domains

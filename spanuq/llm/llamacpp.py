@@ -1,7 +1,7 @@
 """Start and stop the real llama.cpp OpenAI-compatible server on the shipped GGUF.
 
 ``python -m llama_cpp.server`` from the PyPI package ``llama-cpp-python``
-(``pip install 'spanuq[server]'``).  Used by `spanuq llama-server`, the generate stage,
+(``pip install 'llama-cpp-python[server]'``).  Used by `spanuq llama-server`, the generate stage,
 the score API and the tests.
 
 A server is trusted only once it has **proved itself**: ``/v1/models`` answering is not
@@ -88,8 +88,8 @@ class LlamaCppServer:
                  log_path: str | Path | None = None, startup_timeout_s: float = 120.0):
         self.model_path = str(model_path)
         self.host, self.port = host, port or free_port()
-        # one core is left to the client (tokenising, the stage itself): on 2 cores llama.cpp
-        # decodes 50 tok/s with 1 thread and 31 tok/s with 2 (benchmarks, 2026-11)
+        # one core is left to the client (tokenising, the stage itself): on a small machine llama.cpp
+        # decodes faster with one thread fewer than the cores than with all of them
         self.n_ctx, self.n_threads = n_ctx, n_threads or max(1, (os.cpu_count() or 2) - 1)
         self.model_alias = model_alias
         # a log always exists: it is what a crash report shows
@@ -108,7 +108,7 @@ class LlamaCppServer:
         try:
             import llama_cpp  # noqa: F401
         except ImportError as e:
-            raise RuntimeError("the llama.cpp server needs `pip install 'spanuq[server]'`") from e
+            raise RuntimeError("the llama.cpp server needs `pip install 'llama-cpp-python[server]'`") from e
         cmd = [sys.executable, "-X", "faulthandler", "-m", "llama_cpp.server", "--model", self.model_path,
                "--host", self.host, "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                "--n_threads", str(self.n_threads), "--model_alias", self.model_alias]

@@ -321,6 +321,25 @@ def bootstrap_info(bootstrap: int, seed: int, unit: str) -> dict:
     return {"resamples": int(bootstrap), "seed": int(seed), "unit": unit, "level": CI_LEVEL}
 
 
+def paired_difference(u_true, a, b, groups, bootstrap: int, positive_threshold: float = 0.5,
+                      pair_gap: float = 0.3, seed: int = 0) -> dict[str, tuple[float, list[float] | None]]:
+    """AUROC(a) − AUROC(b) and pair accuracy(a) − pair accuracy(b) of two methods' scores of the same
+    spans, each with a cluster-bootstrap interval over answers (the same resamples for both methods)."""
+    y, a, b = to_numpy(u_true), to_numpy(a), to_numpy(b)
+    g = _check_groups(groups, len(y))
+    fns = {"auroc": _auroc_fn(positive_threshold), "pair_accuracy": _pair_accuracy_fn(pair_gap)}
+    out = {}
+    for name, fn in fns.items():
+        boots = []
+        for idx, draws in resample_indices(g, len(y), bootstrap, seed):
+            try:
+                boots.append(fn(y[idx], a[idx], draws) - fn(y[idx], b[idx], draws))
+            except Undefined:
+                continue
+        out[name] = (fn(y, a, g) - fn(y, b, g), percentile_ci(boots))
+    return out
+
+
 # ---------------------------------------------------------------- span level
 
 def span_metrics(u_true, u_pred, positive_threshold: float = 0.5, ece_bins: int = 10,

@@ -22,6 +22,8 @@ at what was not kept.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol, Sequence
@@ -115,11 +117,11 @@ def select_spans(spans: np.ndarray, validity: np.ndarray, threshold: float = 0.5
 def function_words() -> frozenset[str]:
     """The words a shown span does not start or end with: spaCy's English stop words that are
     not number words ("in", "the", "and", "was"; "one", "two", "hundred" stay, they can be the
-    error) -- the rule of `spanuq.data.aliases.stop_words`, which adds "yes" for references."""
-    from spacy.lang.en.lex_attrs import like_num
-    from spacy.lang.en.stop_words import STOP_WORDS
-
-    return frozenset(w for w in STOP_WORDS if not like_num(w))
+    error) -- the rule of `spanuq.data.aliases.stop_words`, which adds "yes" for references.
+    Read from the word list scripts/make_word_lists.py writes, so scoring needs no spaCy."""
+    path = Path(__file__).resolve().parents[1] / "data" / "bundled" / "wordlists" / "function_words.txt"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return frozenset(w.strip() for w in lines if w.strip() and not w.startswith("#"))
 
 
 _EDGE_PUNCT = " \t\n\r,;:.!?\"'“”‘’()[]-–—"  # stripped from a word before it is looked up (as label/spans.py's)

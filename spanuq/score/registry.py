@@ -73,10 +73,10 @@ def _signature():
 
 
 def _input_example(d_model: int):
-    """One answer of two tokens: its T×d states and their entropies (mlflow_model.py has the contract)."""
+    """One answer of two tokens: its T×d states, their entropies and surprisals (mlflow_model.py has the contract)."""
     import pandas as pd
 
-    return pd.DataFrame([{"h": [[0.0] * d_model, [0.0] * d_model], "entropy": [0.0, 0.0]}])
+    return pd.DataFrame([{"h": [[0.0] * d_model, [0.0] * d_model], "entropy": [0.0, 0.0], "surprisal": [0.0, 0.0]}])
 
 
 def log_probe(probe_dir: str | Path, cfg: Config, dev_auroc: float | None) -> dict[str, Any]:

@@ -72,7 +72,7 @@ class ScoreResult(_Strict):
     answer_source: Literal["generated", "given"]
     backbone: str
     probe: str | None = Field(default=None, description="which probe scored: `shipped <backbone> probe of <date>, "
-                              "sha256 <12 hex> (<folder>)` or `probe <source>, sha256 <12 hex>`")
+                              "sha256 <12 hex>` or `probe <source> (<folder>), sha256 <12 hex>`")
     generator: Literal["llamacpp", "hf"] | None = Field(description="how the answer was generated; null if given")
     n_tokens: int = Field(ge=0, description="response tokens the probe read")
     truncated: bool = Field(description="generation stopped at max_new_tokens")

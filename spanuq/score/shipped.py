@@ -47,13 +47,13 @@ def read_card(path: Path) -> dict | None:
 
 
 def describe(path: Path, source: str | Path | None = None) -> str:
-    """One line naming a probe folder: ``shipped smollm2-135m probe of 2026-11-30, sha256 0123456789ab
-    (…/spanuq/probes/smollm2-135m)`` for the shipped one, else ``probe <source or path>, sha256 …``."""
+    """One line naming a probe folder: ``shipped smollm2-135m probe of <card date>, sha256 0123456789ab``
+    for the shipped one (inside the installed package), else ``probe <source or path>, sha256 …``."""
     path = Path(path)
     sha = sha256_file(path / WEIGHTS)[:12]
     card = read_card(path)
     if card is not None and path.resolve().parent == PROBES:
-        return f"shipped {card['backbone']} probe of {card['date'][:10]}, sha256 {sha} ({path})"
+        return f"shipped {card['backbone']} probe of {card['date'][:10]}, sha256 {sha}"
     named = f"{source} ({path})" if source is not None and str(source) != str(path) else str(path)
     return f"probe {named}, sha256 {sha}"
 

@@ -1,6 +1,6 @@
 """Long answers: are the spans of the last window as many and as good as those of the first?
 
-    python benchmarks/bench_long.py [--model shipped] [--tokens 1024] [--orders 2] [--limit 0] [--json out.json]
+    python experiments/long_answers.py [--model shipped] [--tokens 1024] [--orders 2] [--limit 0] [--json out.json]
 
 Long answers are built from the probe's labelled test answers (the shipped probe's
 ``test_split.jsonl``, or ``--split`` a file of the same rows): shuffled (seed 0), joined by blank

@@ -6,7 +6,7 @@ languages: ``tests/fixtures/other_languages.tsv`` (one answer a line) or ``--oth
 for a few rules around the shipped one (letters ≥ MIN_LETTERS and P(expected) < MAX_P_EXPECTED),
 the texts flagged on each side, then the English texts the shipped rule flags.
 
-    python benchmarks/bench_language.py data/smollm2-135m/generations.jsonl [--mushroom DIR]
+    python experiments/language_rule.py data/smollm2-135m/generations.jsonl [--mushroom DIR]
 """
 from __future__ import annotations
 

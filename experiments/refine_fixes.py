@@ -1,6 +1,6 @@
 """Does acting on uncertain spans fix answers?  `SpanUQ.refine` on the labelled test split.
 
-    python benchmarks/bench_refine.py [--limit 30] [--out data/bench_refine.jsonl] [--threads 1]
+    python experiments/refine_fixes.py [--limit 30] [--out data/refine_fixes.jsonl] [--threads 1]
 
 For each factoid test answer with reference answers (the shipped probe's `test_split.jsonl`:
 its greedy answers, held out from training; references from the bundled prompts), the
@@ -47,7 +47,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", default=None, help="test split JSONL (default: the shipped probe's test_split.jsonl)")
     ap.add_argument("--limit", type=int, default=30, help="factoid answers to refine (in split order)")
-    ap.add_argument("--out", default="data/bench_refine.jsonl")
+    ap.add_argument("--out", default="data/refine_fixes.jsonl")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--threshold", type=float, default=None, help="û threshold (default score.refine_threshold)")
     ap.add_argument("--model", default=None, help="probe (default: SpanUQ.load()'s)")

@@ -6,7 +6,7 @@ compiled with `-march=native`, interleaved round by round so that load changes h
     CMAKE_ARGS="-DGGML_NATIVE=ON" pip wheel --no-deps --no-cache-dir --no-binary llama-cpp-python \
         llama-cpp-python==0.3.36 -w /tmp/native-wheel
     pip install --no-deps --target /tmp/native-site /tmp/native-wheel/*.whl
-    python benchmarks/bench_llamacpp_build.py --other native=/tmp/native-site --rounds 3
+    python experiments/llamacpp_build.py --other native=/tmp/native-site --rounds 3
 
 Each round starts one server per build (1 thread, as the pipeline runs it on 2 cores) and
 times greedy decoding of the same prompts through `/v1/completions`.

@@ -7,8 +7,8 @@ the order the label stage reads them, and prints seconds and answers per second.
 labels' digest is printed too: ``--no-reuse`` (embeddings and sentence splits recomputed for
 every answer, as before 2026-11-26) must print the same digest, slower.
 
-    python benchmarks/bench_label_speed.py data --prompts 40 --sample-answers 2
-    python benchmarks/bench_label_speed.py data --prompts 40 --sample-answers 2 --no-reuse
+    python experiments/label_speed.py data --prompts 40 --sample-answers 2
+    python experiments/label_speed.py data --prompts 40 --sample-answers 2 --no-reuse
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ K samples of one prompt, K slots, no stop string and a fixed budget: every step 
 in one ``llama_decode``, so the rate is that of a K-wide batch (sequences that hit the end of
 their answer early drop out, as they do in the stage).
 
-    python benchmarks/bench_llamacpp_batch.py --widths 1,6,12,24,48 --tokens 128
+    python experiments/llamacpp_batch.py --widths 1,6,12,24,48 --tokens 128
 """
 from __future__ import annotations
 

@@ -2,10 +2,10 @@
 Mu-SHROOM English **validation** split (the test split is read only by `spanuq bench mushroom`,
 once per shipped probe).
 
-    python benchmarks/bench_mushroom_ablation.py \
+    python experiments/mushroom_ablation.py \
         --row "shipped=spanuq/probes/smollm2-135m" \
         --row "+ other systems' answers=runA/probe@foldA.jsonl,runB/probe@foldB.jsonl" \
-        [--out data/bench_mushroom_ablation.json]
+        [--out data/mushroom_ablation.json]
 
 A row is one probe, or several probes each named with the prompt file it trained on
 (``probe@prompts.jsonl``): each validation answer is then scored by the first probe of the row
@@ -100,7 +100,7 @@ def main() -> None:
     ap.add_argument("--data", nargs="+", default=None, help="the Mu-SHROOM files (default: the cached split)")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--bootstrap", type=int, default=1000)
-    ap.add_argument("--out", default="data/bench_mushroom_ablation.json")
+    ap.add_argument("--out", default="data/mushroom_ablation.json")
     args = ap.parse_args()
 
     from spanuq.bench import controls

@@ -17,7 +17,7 @@ counted as w pseudo-samples, `spanuq/label/likelihood.py`).  The support rule is
 ``--partial`` (``label.partial_support``) and ``--threshold`` (``label.embedding_threshold``:
 how close a sample sentence must be to count as the same claim).
 
-    python benchmarks/bench_labels.py DATA_DIR [DATA_DIR ...] --samples 3 5 7 --budget 48 128 \\
+    python experiments/teacher_settings.py DATA_DIR [DATA_DIR ...] --samples 3 5 7 --budget 48 128 \\
         --partial 0.5 1.0 --threshold 0.5 0.6
 
 DATA_DIR is a run's ``data`` folder (prompts.jsonl + <backbone>/generations.jsonl).

