@@ -304,3 +304,27 @@ def test_streamed_text_is_shown_only_where_it_is_final():
     assert visible("Paris.\n", ["\n\n"]) == "Paris."
     assert visible("Paris. ##", ["###"]) == "Paris."
     assert visible("Paris.### more", ["###"]) == "Paris."
+
+
+def test_spanuq_serve_upstream_command(llama_server, probe_dir, repo_root, tmp_path):
+    """`spanuq serve --upstream URL` as a user starts it; an upstream that cannot be reached is a clear
+    error before anything loads."""
+    import subprocess
+    import sys
+
+    from servers import free_port, process, wait_http
+
+    env = {**__import__("os").environ, "PYTHONPATH": str(repo_root)}
+    bad = subprocess.run([sys.executable, "-m", "spanuq.cli", "serve", "--upstream", "http://127.0.0.1:9/v1",
+                          "--model", str(probe_dir)], env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "cannot reach" in bad.stderr
+    port = free_port()
+    cmd = [sys.executable, "-m", "spanuq.cli", "serve", "--upstream", llama_server.base_url, "--upstream-model",
+           "smollm2", "--port", str(port), "--model", str(probe_dir), "--threshold", "0"]
+    with process(cmd, env, tmp_path / "serve.log", cwd=repo_root) as p:
+        health = json.loads(wait_http(f"http://127.0.0.1:{port}/health", 300, p, tmp_path / "serve.log"))
+        assert health["openai"]["answers"] == f"upstream {llama_server.base_url}"
+        r = client(f"http://127.0.0.1:{port}").chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": PROMPT}], max_tokens=24, temperature=0)
+        assert r.spanuq["status"] == "scored" and r.spanuq["answer_source"] == "given"
+        check_spans(r.choices[0].message.content, r.spanuq)

@@ -121,18 +121,12 @@ def window_failed(c: StatusCheck) -> StatusReason | None:
 
 @rule
 def language(c: StatusCheck) -> StatusReason | None:
-    from ..data.language import language_name, other_language
+    from ..data.language import language_warnings
 
     if not c.languages or not c.answer.strip():
         return None
-    guess = other_language(c.answer, tuple(c.languages))
-    if guess is None:
-        return None
-    names = " / ".join(language_name(x) for x in c.languages)
-    return StatusReason(code="language",
-                        message=f"the answer looks like {guess.name} ({guess.code}), not {names}: this probe was "
-                                f"trained on {names} answers, so its scores here come from outside its training "
-                                "(score.languages)")
+    said = language_warnings(c.answer, c.languages)
+    return StatusReason(code="language", message=said[0]) if said else None
 
 
 @rule

@@ -126,13 +126,15 @@ class ChatStreamJob(StreamJob):
             self.emit(self._chunk({"role": "assistant", "content": ""}))
             meta: dict = {}
             budget = self.req.budget()
-            if self.upstream is not None:
-                stops, source_kind = [], "given"
+            if self.upstream is not None:  # text from a server, re-read on the cache (the llamacpp path)
+                stops, source_kind, gen = [], "given", "llamacpp"
+                budget = budget or 1  # the upstream decides the length; the conversation must fit the context
                 text = lambda cap: self.upstream.text(self.body, self.conv.messages, meta)  # noqa: E731
             else:
                 stops, source_kind = list(uq.cfg.generate.stop or []) + list(self.req.stop or []), "generated"
                 budget = budget or uq.cfg.score.max_new_tokens
-                if uq._resolve_generator() == "hf":
+                gen = uq._resolve_generator()
+                if gen == "hf":
                     from .engines import _greedy_only
 
                     _greedy_only(self.req)
@@ -148,7 +150,7 @@ class ChatStreamJob(StreamJob):
                     yield t, finish
 
             last = None
-            for update in score_stream(uq, self.conv.prompt, every=uq.cfg.score.stream_every,
+            for update in score_stream(uq, self.conv.prompt, every=uq.cfg.score.stream_every, generator=gen,
                                        at_clauses=uq.cfg.score.stream_at_clauses, cancel=self.cancel,
                                        chat=self.conv.chat, text=teed, stop=stops, max_new_tokens=budget,
                                        answer_source=source_kind):
@@ -280,10 +282,13 @@ def install(app: FastAPI, uq, worker, scfg, upstream: Upstream | None = None, pr
                 n_prompt, n_completion = comp.prompt_tokens, comp.completion_tokens
             else:
                 def job(m):
+                    t_gen = time.perf_counter()
                     c = backbone_complete(m, req, conv.chat)
+                    gen_s = round(time.perf_counter() - t_gen, 4)
                     r = _score_given(m, conv, c.text.strip(), c.item)
                     return c, r.model_copy(update={"answer_source": "generated", "generator": m.generator,
-                                                   "truncated": c.finish_reason == "length"})
+                                                   "truncated": c.finish_reason == "length",
+                                                   "timings": r.timings.model_copy(update={"generate_s": gen_s})})
 
                 comp, result = await asyncio.wrap_future(worker.call(job))
                 model_id, cid, created = served, completion_id(), None

@@ -1,8 +1,12 @@
-"""Answer files for `spanuq monitor` tests, built from data the repository ships (nothing scored here):
+"""A sample answers file for `spanuq monitor`, from data spanuq ships (nothing scored here):
+
+    python -m spanuq.monitor.sample answers.jsonl      # 526 rows: try `spanuq monitor answers.jsonl`
 
 * the shipped probe's labelled test answers (SmolLM2's own generations), ``source=generated``;
 * templated answers to the bundled prompts: the prompt's reference (``variant=reference``) or
   the reference of another prompt of the same domain (``variant=other reference``), ``source=templated``.
+
+The tests and `benchmarks/bench_monitor.py` use it.
 """
 from __future__ import annotations
 
@@ -10,9 +14,9 @@ import json
 import random
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SPLIT = REPO / "spanuq" / "probes" / "smollm2-135m" / "test_split.jsonl"
-BUNDLED = REPO / "spanuq" / "data" / "bundled" / "prompts.jsonl"
+PACKAGE = Path(__file__).resolve().parents[1]
+SPLIT = PACKAGE / "probes" / "smollm2-135m" / "test_split.jsonl"
+BUNDLED = PACKAGE / "data" / "bundled" / "prompts.jsonl"
 TEMPLATES = ["The answer is {}.", "It is {}.", "{} is the answer to that.", "That would be {}, as far as I know."]
 
 
@@ -43,7 +47,7 @@ def templated_rows(n: int, seed: int = 0) -> list[dict]:
     return out
 
 
-def write_answers(path: Path, n_generated: int | None = None, n_templated: int = 300, extra: list | None = None) -> int:
+def write_answers(path: Path, n_generated: int | None = None, n_templated: int = 260, extra: list | None = None) -> int:
     """Write the rows (and ``extra`` raw lines, bytes or dicts) to ``path``; returns the number of lines."""
     rows = generated_rows()[:n_generated] + templated_rows(n_templated)
     with path.open("wb") as f:
@@ -52,3 +56,11 @@ def write_answers(path: Path, n_generated: int | None = None, n_templated: int =
         for x in extra or []:
             f.write(x if isinstance(x, bytes) else (json.dumps(x, ensure_ascii=False) + "\n").encode("utf-8"))
     return len(rows) + len(extra or [])
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m spanuq.monitor.sample OUT.jsonl")
+    print(f"wrote {write_answers(Path(sys.argv[1]))} rows to {sys.argv[1]}")
