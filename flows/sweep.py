@@ -133,6 +133,10 @@ def sweep(backbone: str = "smollm2-135m", spec: str | None = None, storage: str 
                  overrides=[*sw.spec.overrides, *sw.overrides], stages=stages)
     parent = prepare_task(sw, runners)
     manifest = sw.study().user_attrs["sweep_data"]
+    if manifest["mode"] == "dvc":
+        logger.info("sweep data pushed to DVC remote %s (%s): %d files, %s; the inputs: %s in %s", manifest["remote"],
+                    manifest["remote_url"], manifest["pushed_files"], human(manifest["pushed_bytes"]),
+                    human(manifest["size_bytes"]), ", ".join(i["path"] for i in manifest["inputs"]))
     remote = [run_deployment(f"sweep-runner/{backbone}", timeout=0, parameters={
         "backbone": backbone, "spec": spec, "storage": storage, "overrides": overrides or [],
         "parent_run_id": parent}) for _ in range(max(0, runners - 1))]

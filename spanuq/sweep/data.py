@@ -223,13 +223,25 @@ def unversioned(cfg: Config) -> str | None:
     unlocked = [p for p in (_rel(root, paths.labels), _rel(root, paths.generations)) if p not in locked]
     if unlocked:
         return f"dvc.lock has no entry for {', '.join(unlocked)}"
-    changed = _status(["label"], root)
+    changed = _stage_changes(root, "label", keep_outs={_rel(root, paths.labels)})
     if not changed:
         return None
     if not paths.labels.exists():
         return (f"dvc.lock records {_rel(root, paths.labels)}, but neither this machine's DVC cache nor the remote "
                 "holds it (push it from the machine that ran the pipeline: `dvc push label generate`)")
     return f"`dvc status label` reports {json.dumps(changed)}"
+
+
+def _stage_changes(root: Path, stage: str, keep_outs: set[str]) -> list[dict[str, Any]]:
+    """``dvc status STAGE`` without what the sweep does not read (its uncached reports and plots)."""
+    out = []
+    for item in _status([stage], root).get(stage, []):
+        if isinstance(item, dict) and "changed outs" in item:
+            item = {**item, "changed outs": {k: v for k, v in item["changed outs"].items() if k in keep_outs}}
+            item = {k: v for k, v in item.items() if v}
+        if item:
+            out.append(item)
+    return out
 
 
 def check_shareable(cfg: Config, runners: int) -> None:
