@@ -142,7 +142,7 @@ def sweep(backbone: str = "smollm2-135m", spec: str | None = None, storage: str 
         "parent_run_id": parent}) for _ in range(max(0, runners - 1))]
     ran = run_here(sw, parent)
     logger.info("%d trials ran on %s", ran, node_name())
-    _wait_for_runners(remote, grace_s=sw.spec.grace_s + 120)
+    _wait_for_runners(remote, grace_s=sw.spec.grace_s + 60)
     summary = finish_task(sw, parent)
     status = data_status(sw, runner=False)
     logger.info("dvc status -c of the sweep's inputs on %s: %s", node_name(), _status_line(status))

@@ -59,7 +59,7 @@ IDENTITY = {"GIT_AUTHOR_NAME": "spanuq test", "GIT_AUTHOR_EMAIL": "test@example.
 def run(args: list[str], env: dict, cwd: Path, timeout: float = 1800) -> str:
     r = subprocess.run([str(a) for a in args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, f"{' '.join(map(str, args))} (in {cwd}) failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
-    return r.stdout + r.stderr
+    return r.stdout
 
 
 def make_origin(tmp: Path) -> Path:

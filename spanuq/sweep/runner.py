@@ -41,7 +41,6 @@ from . import data
 from .slots import hold_slot, node_name, visible_slots
 from .spec import SweepSpec, encode, load_spec
 from .study import PARENT_RUN_ATTR, claim_trial, enqueue_grid, open_study, trial_by_id, unfinished
-from .worker import CODE_ROOT
 from .upstream import UpstreamMissing, check_upstream, missing_inputs
 
 log = logging.getLogger(__name__)
@@ -221,7 +220,8 @@ def run_one(sw: Sweep, parent_run_id: str | None, device: str, study=None) -> st
     for o in sw.overrides:
         cmd += ["-o", o]
     # the trial imports the code this process runs (the flow run's clone), not the environment's copy
-    pythonpath = os.pathsep.join(p for p in (str(CODE_ROOT), os.environ.get("PYTHONPATH")) if p)
+    code_root = str(Path(__file__).resolve().parents[2])
+    pythonpath = os.pathsep.join(p for p in (code_root, os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": device, "PYTHONPATH": pythonpath}
     with open(log_path, "ab") as logf:
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
