@@ -310,3 +310,24 @@ def _not_over(env: dict, flow_run_id: str) -> bool:
 def _number(log: str, prefix: str) -> int:
     line = next(line for line in log.splitlines() if line.startswith(prefix))
     return int(line.split(": ", 1)[1].split(" files")[0])
+
+
+def _docker_works() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _docker_works(), reason="docker is not usable here (`docker info` fails: no daemon)")
+def test_the_worker_image_builds_and_meets_the_requirements_of_its_commit(tmp_path):
+    """The Dockerfile of a Docker/Kubernetes pool: built, and its environment passes the worker check."""
+    tag = f"spanuq-worker-test:{os.getpid()}"
+    run(["docker", "build", "-t", tag, "."], dict(os.environ), REPO, timeout=3600)
+    try:
+        out = run(["docker", "run", "--rm", tag, "python", "-m", "spanuq.sweep.worker", "check"], dict(os.environ), tmp_path)
+        assert "every requirement met" in out
+        out = run(["docker", "run", "--rm", tag, "sh", "-c", "echo $SPANUQ_REUSE_VENV"], dict(os.environ), tmp_path)
+        assert out.strip() == "/opt/spanuq/.venv"
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)

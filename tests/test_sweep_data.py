@@ -47,8 +47,7 @@ def write_run(repo: Path, seed: int) -> None:
     """A pipeline run's outputs (labels, features; generations stand-in) recorded in dvc.lock."""
     write_synthetic_run(repo / "data", n=24, d=16, seed=seed)
     (repo / BB / "generations.jsonl").write_text(f'{{"seed": {seed}}}\n')
-    for stage in ("generate", "label", "extract"):
-        dvc("commit", "-f", stage, cwd=repo)
+    dvc("commit", "-f", "generate", "label", "extract", cwd=repo)
 
 
 @contextmanager

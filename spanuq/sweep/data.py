@@ -26,8 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +33,9 @@ import yaml
 
 from ..config import Config
 from ..llm.presets import fused_layers
-from ..pipeline.files import sha256_file
+from ..pipeline.files import sha256_tree
 from ..pipeline.paths import StagePaths
+from .dvcrepo import cloud_status, default_remote, dvc, dvcfile_outs, files_size, lock_outs, repo_root, status
 
 log = logging.getLogger(__name__)
 
@@ -46,80 +45,6 @@ SWEEP_DVC_DIR = Path("sweeps") / "data"  # .dvc files of the layer sets the swee
 
 class DataRefused(RuntimeError):
     """This machine's data is missing or differs from the coordinator's; nothing was created."""
-
-
-# --- DVC, as a user types it -------------------------------------------------------------------
-
-def dvc(args: list[str], root: Path, check: bool = True) -> subprocess.CompletedProcess:
-    """``dvc ARGS`` in ``root`` with this Python's DVC (``python -m dvc``)."""
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
-    r = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=root, env=env, capture_output=True, text=True)
-    if check and r.returncode:
-        raise RuntimeError(f"`dvc {' '.join(args)}` failed in {root} ({r.returncode}): {(r.stderr or r.stdout).strip()[-2000:]}")
-    return r
-
-
-def _status(args: list[str], root: Path) -> dict[str, Any]:
-    r = dvc(["status", "--json", *args], root)
-    return json.loads(r.stdout or "{}")
-
-
-def cloud_status(root: Path, targets: list[str]) -> dict[str, str]:
-    """``dvc status -c TARGETS``: {path: new | deleted | missing} for what differs from the remote; {} when clean."""
-    return _status(["-c", *targets], root) if targets else {}
-
-
-def repo_root(start: Path | None = None) -> Path | None:
-    """The DVC repository holding ``start`` (default: the working directory), or None."""
-    p = (start or Path.cwd()).resolve()
-    for d in (p, *p.parents):
-        if (d / ".dvc").is_dir() and (d / "dvc.yaml").exists():
-            return d
-    return None
-
-
-def default_remote(root: Path) -> tuple[str, str] | None:
-    """(name, url) of the repository's default DVC remote, or None."""
-    name = dvc(["remote", "default"], root, check=False).stdout.strip()
-    if not name:
-        return None
-    url = dvc(["config", f"remote.{name}.url"], root, check=False).stdout.strip()
-    return name, url
-
-
-def lock_outs(root: Path) -> dict[str, dict[str, Any]]:
-    """Every output ``dvc.lock`` records: {path: {md5, size, nfiles, stage}}."""
-    lock = root / "dvc.lock"
-    if not lock.exists():
-        return {}
-    outs = {}
-    for stage, entry in (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).items():
-        for o in entry.get("outs", []):
-            outs[o["path"]] = {"md5": o.get("md5"), "size": o.get("size"), "nfiles": o.get("nfiles"), "stage": stage}
-    return outs
-
-
-def _dvcfile_outs(path: Path) -> dict[str, Any]:
-    return (yaml.safe_load(path.read_text()) or {}).get("outs", [{}])[0]
-
-
-def _files_size(root: Path, paths: list[str]) -> tuple[int, int]:
-    """(files, bytes) of the files among ``paths`` (dvc status lists a folder and its files)."""
-    files = [root / p for p in paths if (root / p).is_file()]
-    return len(files), sum(f.stat().st_size for f in files)
-
-
-def sha256_tree(p: Path) -> str:
-    """Content hash of a file or of every file under a folder (relative names included)."""
-    import hashlib
-
-    if p.is_file():
-        return sha256_file(p)
-    h = hashlib.sha256()
-    for f in sorted(f for f in p.rglob("*") if f.is_file()):
-        h.update(str(f.relative_to(p)).encode())
-        h.update(sha256_file(f).encode())
-    return h.hexdigest()
 
 
 # --- what a sweep reads ------------------------------------------------------------------------
@@ -164,24 +89,25 @@ def fetch_for_coordinator(cfg: Config, configs: list[Config]) -> dict[str, Any]:
     stages before them), the pipeline's features when dvc.lock's extract entry belongs to those labels,
     the layer sets of the ``.dvc`` files.  Best effort: what is nowhere stays missing, and the upstream
     check then says what to run.  Returns what came from the remote."""
-    kind, root, _ = mode(cfg)
+    kind, root, remote = mode(cfg)
     done = {"mode": kind, "pulled_files": 0, "pulled_bytes": 0, "targets": []}
-    if kind != "dvc":
-        return done
     paths = StagePaths.from_config(cfg)
+    if root is None or _rel(root, paths.labels) is None:
+        return done
+    fetch = remote is not None  # without a remote, DVC can still check out what this machine's cache holds
     locked = lock_outs(root)
     steps: list[tuple[list[str], bool]] = []
     if not (paths.labels.exists() and paths.generations.exists()) and _rel(root, paths.labels) in locked:
         steps.append((["label"], True))
     for targets, with_deps in steps:
-        _add(done, _pull(root, targets, with_deps=with_deps, strict=False))
+        _add(done, _pull(root, targets, with_deps=with_deps, strict=False, fetch=fetch))
     rel_features = _rel(root, paths.features)
     if not paths.features.exists() and rel_features in locked and _only_outputs_missing(root, "extract"):
-        _add(done, _pull(root, [rel_features], strict=False))
+        _add(done, _pull(root, [rel_features], strict=False, fetch=fetch))
     dvcfiles = [str(sweep_dvcfile(c)) for c, f in zip(configs, features_inputs(configs))
                 if (root / sweep_dvcfile(c)).exists() and not f.exists()]
     if dvcfiles:
-        _add(done, _pull(root, dvcfiles, strict=False))
+        _add(done, _pull(root, dvcfiles, strict=False, fetch=fetch))
     return done
 
 
@@ -194,22 +120,25 @@ def _add(total: dict[str, Any], part: dict[str, Any]) -> None:
 def _only_outputs_missing(root: Path, stage: str) -> bool:
     """Does dvc.lock's entry of ``stage`` still describe its inputs here (params and deps unchanged,
     only its outputs absent)?"""
-    for item in _status([stage], root).get(stage, []):
+    for item in status([stage], root).get(stage, []):
         outs = item.get("changed outs")
         if not outs or not all(v in ("deleted", "not in cache") for v in outs.values()) or len(item) > 1:
             return False
     return True
 
 
-def _pull(root: Path, targets: list[str], with_deps: bool = False, strict: bool = True) -> dict[str, Any]:
-    """``dvc pull TARGETS``; the (files, bytes) that came from the remote (the rest, if any, from the local cache)."""
+def _pull(root: Path, targets: list[str], with_deps: bool = False, strict: bool = True,
+          fetch: bool = True, before: dict[str, str] | None = None) -> dict[str, Any]:
+    """``dvc pull TARGETS`` (``dvc checkout`` from this machine's cache when not ``fetch``); the (files, bytes)
+    that came from the remote (the rest, if any, from the local cache).  ``before``: their ``dvc status -c``."""
     opts = ["--with-deps"] if with_deps else []
-    before = cloud_status(root, [*opts, *targets])
-    r = dvc(["pull", *opts, *targets], root, check=strict)
+    if before is None:
+        before = cloud_status(root, [*opts, *targets]) if fetch else {}
+    r = dvc(["pull" if fetch else "checkout", *opts, *targets], root, check=strict)
     if r.returncode:
         log.info("dvc pull %s: not everything is in this machine's cache or the remote: %s",
                  " ".join(targets), (r.stderr or r.stdout).strip()[-500:])
-    n, size = _files_size(root, [p for p, s in before.items() if s == "deleted"])
+    n, size = files_size(root, [p for p, s in before.items() if s == "deleted"])
     return {"targets": targets, "pulled_files": n, "pulled_bytes": size}
 
 
@@ -235,7 +164,7 @@ def unversioned(cfg: Config) -> str | None:
 def _stage_changes(root: Path, stage: str, keep_outs: set[str]) -> list[dict[str, Any]]:
     """``dvc status STAGE`` without what the sweep does not read (its uncached reports and plots)."""
     out = []
-    for item in _status([stage], root).get(stage, []):
+    for item in status([stage], root).get(stage, []):
         if isinstance(item, dict) and "changed outs" in item:
             item = {**item, "changed outs": {k: v for k, v in item["changed outs"].items() if k in keep_outs}}
             item = {k: v for k, v in item.items() if v}
@@ -281,22 +210,22 @@ def publish(cfg: Config, configs: list[Config], runners: int = 1) -> dict[str, A
         rel = _rel(root, f)
         if any(i["path"] == rel for i in inputs):
             continue
-        if rel in locked and not _status(["extract"], root):
+        if rel in locked and not status(["extract"], root):
             inputs.append({"role": "features", "path": rel, "layers": fused_layers(c), **_entry(locked[rel]),
                            "dvcfile": "dvc.lock"})
             continue
         name = sweep_dvcfile(c)
         dvcfile = root / name
-        if not dvcfile.exists() or _status([str(name)], root):  # new, or a stale file: record what is here
+        if not dvcfile.exists() or status([str(name)], root):  # new, or a stale file: record what is here
             dvcfile.parent.mkdir(parents=True, exist_ok=True)
             dvcfile.write_text(yaml.safe_dump({"outs": [{"path": os.path.relpath(root / rel, dvcfile.parent)}]}))
             dvc(["commit", "-f", str(name)], root)
-        inputs.append({"role": "features", "path": rel, "layers": fused_layers(c), **_entry(_dvcfile_outs(dvcfile)),
+        inputs.append({"role": "features", "path": rel, "layers": fused_layers(c), **_entry(dvcfile_outs(dvcfile)),
                        "dvcfile": str(name), "dvcfile_text": dvcfile.read_text()})
     targets = _targets(inputs)
     new = cloud_status(root, targets)
     dvc(["push", *targets], root)
-    n, size = _files_size(root, [p for p, s in new.items() if s == "new"])
+    n, size = files_size(root, [p for p, s in new.items() if s == "new"])
     left = cloud_status(root, targets)
     if left:
         raise RuntimeError(f"after `dvc push` the remote still lacks {left}")
@@ -337,8 +266,8 @@ def join(cfg: Config, manifest: dict[str, Any] | None, study_name: str) -> dict[
     for i in inputs:
         if i["dvcfile"] != "dvc.lock":
             own = root / i["dvcfile"]
-            if own.exists() and _dvcfile_outs(own).get("md5") != i["md5"]:
-                raise DataRefused(f"{i['dvcfile']} here records {i['path']} as md5 {_dvcfile_outs(own).get('md5')}, the "
+            if own.exists() and dvcfile_outs(own).get("md5") != i["md5"]:
+                raise DataRefused(f"{i['dvcfile']} here records {i['path']} as md5 {dvcfile_outs(own).get('md5')}, the "
                                   f"sweep's coordinator extracted md5 {i['md5']}: remove it (`git rm {i['dvcfile']}` if "
                                   "committed) or check out the coordinator's commit. Nothing was created.")
             continue
@@ -364,14 +293,15 @@ def join(cfg: Config, manifest: dict[str, Any] | None, study_name: str) -> dict[
             own.write_text(i["dvcfile_text"])
             written.append(own)
     targets = _targets(inputs)
-    missing = {k: v for k, v in cloud_status(root, targets).items() if v == "missing"}
+    before = cloud_status(root, targets)
+    missing = {k: v for k, v in before.items() if v == "missing"}
     if missing:
         for f in written:
             f.unlink()
         raise DataRefused(f"neither this machine's DVC cache nor the remote {manifest.get('remote')} "
                           f"({manifest.get('remote_url')}) holds {', '.join(sorted(missing))}: on the coordinator's "
                           f"machine run `dvc push {' '.join(targets)}`, then start the runner again. Nothing was created.")
-    report = {"mode": "dvc", **_pull(root, targets)}
+    report = {"mode": "dvc", **_pull(root, targets, before=before)}
     verify(root, inputs)
     return report
 
@@ -379,7 +309,7 @@ def join(cfg: Config, manifest: dict[str, Any] | None, study_name: str) -> dict[
 def _workspace_changes(root: Path, targets: list[str]) -> dict[str, str]:
     """{out path: deleted | modified | ...} for lock outputs whose workspace copy is not the locked one."""
     out: dict[str, str] = {}
-    for stage_items in _status(targets, root).values():
+    for stage_items in status(targets, root).values():
         for item in stage_items:
             for path, state in (item.get("changed outs") or {}).items():
                 if path in targets:
@@ -391,7 +321,7 @@ def verify(root: Path, inputs: list[dict[str, Any]]) -> None:
     """Every input is checked out here exactly as recorded (DVC's own comparison with the lock / .dvc file)."""
     bad = _workspace_changes(root, [i["path"] for i in inputs if i["dvcfile"] == "dvc.lock"])
     for i in inputs:
-        if i["dvcfile"] != "dvc.lock" and _status([i["dvcfile"]], root):
+        if i["dvcfile"] != "dvc.lock" and status([i["dvcfile"]], root):
             bad[i["path"]] = "modified"
     if bad:
         raise RuntimeError(f"after `dvc pull` the checkout still differs from the coordinator's data: {bad}")
