@@ -209,6 +209,16 @@ def test_a_sweep_over_two_machines_that_share_only_the_network(tmp_path):
             assert len(runner) == 1
             runner_log = logs(srv, runner[0]["id"])
 
+            # --- machine B back after the sweep: it joins the finished sweep (a machine can join any time),
+            # pulls the data into a fresh clone and finds nothing left to run
+            with process(["prefect", "worker", "start", "--pool", "spanuq", "--limit", "1"], b.env,
+                         b.root / "worker-again.log", cwd=b.checkout):
+                out = b("prefect", "deployment", "run", f"sweep-runner/{BB}")
+                late_id = next(line.split()[-1] for line in out.splitlines() if "UUID" in line)
+                assert wait_for("B's late runner", lambda: _final(srv, late_id), 900, poll=3) == "COMPLETED", \
+                    logs(srv, late_id)[-4000:]
+            late_log = logs(srv, late_id)
+
             # every configuration once, in one study; B's killed trial retried once, on A
             trials = optuna.load_study(study_name="machines", storage=storage).get_trials()
             complete = [t for t in trials if t.state == TrialState.COMPLETE]
@@ -254,7 +264,8 @@ def test_a_sweep_over_two_machines_that_share_only_the_network(tmp_path):
             pushed = _number(coordinator_log, "sweep data pushed to DVC remote storage")
             assert pushed > 0 and "pulled from DVC:" in runner_log
             assert "dvc status -c of the sweep's inputs on A: clean" in coordinator_log
-            assert "dvc status -c of the sweep's inputs: clean" in runner_log
+            assert "0 trials ran on B; dvc status -c of the sweep's inputs: clean" in late_log
+            assert "pulled from DVC:" in late_log and f"spanuq from {b.tmp}" in late_log
             assert "marked Crashed" in coordinator_log  # the lost runner, once the study was done
             status = a("dvc", "status", "-c", "--json", f"data/{BB}/labels.jsonl", f"data/{BB}/generations.jsonl",
                        f"data/{BB}/features")
