@@ -13,7 +13,8 @@ or refuses — before it creates anything — with the command that fixes it.
   next time).  The coordinator ``dvc pull``s what its checkout lacks (its machine's DVC cache
   or the remote), checks that it matches the lock, then ``dvc push``es it all.  A runner
   compares its own ``dvc.lock`` with the manifest — another hash means another labelling, and
-  it refuses — then ``dvc pull``s exactly the manifest's outputs, which DVC checks out by hash.
+  it refuses — then ``dvc pull``s exactly what its trials read (the labels and the features of
+  every layer set; not the generations), which DVC checks out by hash.
 * **shared** (no DVC remote, or the data outside the repository): every machine must see the
   same files at the same paths (one machine, or a shared file system); a runner checks their
   content hashes against the manifest.
@@ -96,11 +97,8 @@ def fetch_for_coordinator(cfg: Config, configs: list[Config]) -> dict[str, Any]:
         return done
     fetch = remote is not None  # without a remote, DVC can still check out what this machine's cache holds
     locked = lock_outs(root)
-    steps: list[tuple[list[str], bool]] = []
     if not (paths.labels.exists() and paths.generations.exists()) and _rel(root, paths.labels) in locked:
-        steps.append((["label"], True))
-    for targets, with_deps in steps:
-        _add(done, _pull(root, targets, with_deps=with_deps, strict=False, fetch=fetch))
+        _add(done, _pull(root, ["label"], with_deps=True, strict=False, fetch=fetch))
     rel_features = _rel(root, paths.features)
     if not paths.features.exists() and rel_features in locked and _only_outputs_missing(root, "extract"):
         _add(done, _pull(root, [rel_features], strict=False, fetch=fetch))
@@ -210,7 +208,11 @@ def publish(cfg: Config, configs: list[Config], runners: int = 1) -> dict[str, A
         rel = _rel(root, f)
         if any(i["path"] == rel for i in inputs):
             continue
-        if rel in locked and not status(["extract"], root):
+        if rel in locked:  # the pipeline's own features
+            if status(["extract"], root):
+                raise DataRefused(f"{rel} here is not what dvc.lock records (`dvc status extract`): run `dvc repro "
+                                  f"extract` and commit dvc.lock, or remove {rel} so that the sweep extracts this layer "
+                                  "set itself. Nothing was pushed.")
             inputs.append({"role": "features", "path": rel, "layers": fused_layers(c), **_entry(locked[rel]),
                            "dvcfile": "dvc.lock"})
             continue
