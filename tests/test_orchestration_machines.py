@@ -140,6 +140,7 @@ def wait_for(what: str, check, timeout: float, poll: float = 2.0):
     raise TimeoutError(f"{what}: not after {timeout:.0f} s")
 
 
+@pytest.mark.timeout(3600)  # a pipeline run, a sweep of 8 trials over two machines, a machine lost and rejoining
 def test_a_sweep_over_two_machines_that_share_only_the_network(tmp_path):
     pgserver = pytest.importorskip("pgserver")
     t_start = time.perf_counter()
@@ -331,6 +332,7 @@ def _docker_works() -> bool:
 
 
 @pytest.mark.skipif(not _docker_works(), reason="docker is not usable here (`docker info` fails: no daemon)")
+@pytest.mark.timeout(3600)  # scripts/setup.sh inside the image builds llama.cpp
 def test_the_worker_image_builds_and_meets_the_requirements_of_its_commit(tmp_path):
     """The Dockerfile of a Docker/Kubernetes pool: built, and its environment passes the worker check."""
     tag = f"spanuq-worker-test:{os.getpid()}"
