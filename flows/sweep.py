@@ -197,8 +197,9 @@ def sweep_runner(backbone: str = "smollm2-135m", spec: str | None = None, storag
     parent, pulled = join(sw)
     if parent_run_id and parent_run_id != parent:
         raise ValueError(f"parent run {parent_run_id} is not the parent run {parent} of study {sw.spec.study_name}")
-    logger.info("the sweep's data on %s: %s", node_name(), "pulled from DVC: %d files, %s" % (
-        pulled["pulled_files"], human(pulled["pulled_bytes"])) if pulled["mode"] == "dvc" else "seen on a shared path")
+    logger.info("the sweep's data on %s: %s", node_name(), "pulled from DVC: %d files, %s from the remote (the rest "
+                "from this machine's DVC cache)" % (pulled["pulled_files"], human(pulled["pulled_bytes"]))
+                if pulled["mode"] == "dvc" else "seen on a shared path")
     ran = run_here(sw, parent)
     status = data_status(sw, runner=True)
     logger.info("%d trials ran on %s; dvc status -c of the sweep's inputs: %s", ran, node_name(), _status_line(status))
