@@ -37,7 +37,8 @@ from optuna.trial import TrialState
 from ..config import Config, load_config
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
-from . import data
+from .data import (MANIFEST_ATTR, DataRefused, check_shareable, fetch_for_coordinator, final_status, human,
+                   join as join_data, publish)
 from .slots import hold_slot, node_name, visible_slots
 from .spec import SweepSpec, encode, load_spec
 from .study import PARENT_RUN_ATTR, claim_trial, enqueue_grid, open_study, trial_by_id, unfinished
@@ -105,14 +106,14 @@ def upstream_stages(sw: Sweep, run_upstream: bool = True, runners: int = 1) -> l
     `spanuq.sweep.data.DataRefused` when other machines could not pull what they would make."""
     stages = check_upstream(sw.base_config, f"the sweep {sw.spec.study_name}", run_upstream, layer_configs(sw))
     if stages:
-        data.check_shareable(sw.base_config, runners)
+        check_shareable(sw.base_config, runners)
     return stages
 
 
 def fetch_inputs(sw: Sweep) -> dict[str, Any]:
     """The coordinator's first step: what dvc.lock records of the sweep's inputs, pulled from DVC into
     this checkout (`spanuq.sweep.data.fetch_for_coordinator`); returns what came from the remote."""
-    return data.fetch_for_coordinator(sw.base_config, layer_configs(sw))
+    return fetch_for_coordinator(sw.base_config, layer_configs(sw))
 
 
 def prepare(sw: Sweep, progress: bool = False, runners: int = 1) -> str:
@@ -130,19 +131,19 @@ def prepare(sw: Sweep, progress: bool = False, runners: int = 1) -> str:
     if missing:
         raise UpstreamMissing(f"the sweep {sw.spec.study_name} trains on {' and '.join(map(str, missing))}, not made "
                               "yet: run the pipeline's upstream stages first (`upstream_stages`)")
-    data.check_shareable(sw.base_config, runners)
+    check_shareable(sw.base_config, runners)
     for cfg in configs:  # each layer set the space names needs its features
         ensure_features(cfg, progress=progress)
-    manifest = data.publish(sw.base_config, configs, runners)
+    manifest = publish(sw.base_config, configs, runners)
     if manifest["mode"] == "dvc":
         log.info("sweep data pushed to DVC remote %s (%s): %d files, %s (of %s in the inputs)", manifest["remote"],
-                 manifest["remote_url"], manifest["pushed_files"], data.human(manifest["pushed_bytes"]),
-                 data.human(manifest["size_bytes"]))
+                 manifest["remote_url"], manifest["pushed_files"], human(manifest["pushed_bytes"]),
+                 human(manifest["size_bytes"]))
     study = sw.study()
     if sw.spec.sampler == "grid":
         added = enqueue_grid(study, sw.spec)
         log.info("queued %d configurations in study %s", added, sw.spec.study_name)
-    study.set_user_attr(data.MANIFEST_ATTR, manifest)
+    study.set_user_attr(MANIFEST_ATTR, manifest)
     parent = study.user_attrs.get(PARENT_RUN_ATTR)
     if parent is None:
         cfg = sw.base_config
@@ -166,19 +167,19 @@ def join(sw: Sweep) -> tuple[str, dict[str, Any]]:
     try:
         study = open_study(sw.spec, sw.storage, create=False)
     except KeyError:
-        raise data.DataRefused(f"no study {sw.spec.study_name} in {_safe_url(sw.storage)}: start the sweep with its "
+        raise DataRefused(f"no study {sw.spec.study_name} in {_safe_url(sw.storage)}: start the sweep with its "
                                f"coordinator (`prefect deployment run sweep/{sw.spec.backbone}`), whose runners join "
                                "it. Nothing was created.") from None
-    pulled = data.join(sw.base_config, study.user_attrs.get(data.MANIFEST_ATTR), sw.spec.study_name)
+    pulled = join_data(sw.base_config, study.user_attrs.get(MANIFEST_ATTR), sw.spec.study_name)
     parent = study.user_attrs.get(PARENT_RUN_ATTR)
     if parent is None:
-        raise data.DataRefused(f"study {sw.spec.study_name} has no parent run: start it with `sweep/{sw.spec.backbone}`")
+        raise DataRefused(f"study {sw.spec.study_name} has no parent run: start it with `sweep/{sw.spec.backbone}`")
     return parent, pulled
 
 
 def data_status(sw: Sweep, runner: bool) -> dict[str, str] | None:
     """``dvc status -c`` of the sweep's inputs in this checkout ({} = clean; None when DVC does not move them)."""
-    return data.final_status(sw.study().user_attrs.get(data.MANIFEST_ATTR), runner)
+    return final_status(sw.study().user_attrs.get(MANIFEST_ATTR), runner)
 
 
 def _safe_url(url: str) -> str:
