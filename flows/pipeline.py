@@ -24,7 +24,7 @@ from prefect import flow, get_run_logger, task
 from prefect.context import TaskRunContext
 
 from spanuq.config import Config, load_config
-from spanuq.pipeline.files import sha256_file
+from spanuq.pipeline.files import sha256_tree
 from spanuq.stages import STAGES, run_stage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,15 +51,8 @@ def _entries(items: list) -> list[str]:
 
 
 def hash_path(p: Path) -> str:
-    """Content hash of a file or of every file under a folder (names included); "missing" if absent."""
-    if not p.exists():
-        return "missing"
-    h = hashlib.sha256()
-    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
-    for f in files:
-        h.update(str(f.relative_to(p.parent)).encode())
-        h.update(sha256_file(f).encode())
-    return h.hexdigest()
+    """Content hash of a file or of every file under a folder (`sha256_tree`); "missing" if absent."""
+    return sha256_tree(p) if p.exists() else "missing"
 
 
 def stage_inputs(name: str, cfg: Config) -> dict[str, Any]:

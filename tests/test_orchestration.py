@@ -16,7 +16,9 @@ from servers import BIN, cli, free_port, mlflow_server, process, prefect_server,
 from sweep_data import REPO, write_sweep_file, write_synthetic_run
 
 pytestmark = pytest.mark.slow
-ENV = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_DISABLE_TELEMETRY": "true", "TOKENIZERS_PARALLELISM": "false"}
+# every flow run clones the repository at HEAD (prefect.yaml's pull steps) and reuses this environment
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_DISABLE_TELEMETRY": "true", "TOKENIZERS_PARALLELISM": "false",
+       "SPANUQ_REUSE_VENV": sys.prefix}
 
 
 def _deploy_and_run(env, tmp, params: dict, workers: dict[str, int]) -> tuple[float, str]:

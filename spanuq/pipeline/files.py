@@ -85,3 +85,16 @@ def sha256_file(path: str | Path) -> str:
 def read_records(path: str | Path, model: type[T]) -> list[T]:
     """Read a JSONL file into validated records of type `model`."""
     return [model.model_validate(d) for d in iter_jsonl(path)]
+
+
+def sha256_tree(path: str | Path, skip: tuple[str, ...] = ("__pycache__",)) -> str:
+    """Hex sha256 of a file, or of every file under a folder with its relative name (folders named in ``skip`` left out)."""
+    p = Path(path)
+    if p.is_file():
+        return sha256_file(p)
+    h = hashlib.sha256()
+    for f in sorted(f for f in p.rglob("*") if f.is_file() and not set(f.relative_to(p).parts) & set(skip)):
+        h.update(str(f.relative_to(p)).encode())
+        h.update(sha256_file(f).encode())
+    return h.hexdigest()
+

@@ -4,7 +4,9 @@
 * `study` — RDB storage with heartbeats, the queue of configurations, claiming a trial.
 * `slots` — which device a trial gets (``CUDA_VISIBLE_DEVICES``), virtual slots on a CPU.
 * `trial` — one trial in its own process: train, evaluate, MLflow child run, tell Optuna.
-* `runner` — prepare / run_lanes / finish: the sweep on one machine or many.
+* `runner` — prepare / run_lanes / finish (coordinator), join (another machine): the sweep on one machine or many.
+* `data` — the sweep's inputs on every machine: pushed to and pulled from DVC (`dvcrepo`), or refused.
+* `worker` — where a worker's code comes from, and whether its Python has what that code needs.
 
 The Prefect flows (``flows/sweep.py``) drive the same functions.
 """

@@ -8,6 +8,7 @@ import os
 import sys
 
 from .runner import run_sweep
+from .data import DataRefused
 from .upstream import UpstreamMissing
 
 
@@ -26,7 +27,7 @@ def main(argv=None) -> int:
     try:
         summary = run_sweep(args.spec, args.storage, args.override, args.lanes, args.n_trials,
                             run_upstream=not args.no_upstream)
-    except (UpstreamMissing, ValueError, FileNotFoundError) as e:
+    except (UpstreamMissing, DataRefused, ValueError, FileNotFoundError) as e:
         print(f"python -m spanuq.sweep: error: {e}", file=sys.stderr)
         return 2
     print(summary.get("robustness_table", ""))

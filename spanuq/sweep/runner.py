@@ -1,13 +1,19 @@
 """Driving a sweep: prepare the study, run trials on the slots of this machine, finish.
 
     sw = Sweep.from_files("sweeps/smollm2-135m.yaml")
-    parent = prepare(sw)                 # study + queued grid + MLflow parent run (once per sweep)
+    fetch_inputs(sw)                     # the labelled generations from DVC, when dvc.lock has them
+    parent = prepare(sw, runners=2)      # features, data pushed, study + queued grid + MLflow parent run
     run_lanes(sw, parent)                # this machine's slots pull trials until none is left
     summary = finish(sw, parent)         # robustness table, best probe registered, parent run closed
 
+    # on another machine, in its own clone:
+    parent, pulled = join(sw)            # the coordinator's data pulled (or a refusal), the parent run
+    run_lanes(sw, parent)
+
 Every machine of a multi-machine sweep runs ``run_lanes`` against the same storage and
-parent run; only the coordinator runs ``prepare`` and ``finish``.  The Prefect flows in
-``flows/sweep.py`` call exactly these functions (each trial a Prefect task).
+parent run; only the coordinator runs ``prepare`` and ``finish``; the data moves as
+`spanuq.sweep.data` describes.  The Prefect flows in ``flows/sweep.py`` call exactly these
+functions (each trial a Prefect task).
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import nullcontext
@@ -30,6 +37,8 @@ from optuna.trial import TrialState
 from ..config import Config, load_config
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
+from .data import (MANIFEST_ATTR, DataRefused, check_shareable, fetch_for_coordinator, final_status, human,
+                   join as join_data, publish)
 from .slots import hold_slot, node_name, visible_slots
 from .spec import SweepSpec, encode, load_spec
 from .study import PARENT_RUN_ATTR, claim_trial, enqueue_grid, open_study, trial_by_id, unfinished
@@ -91,16 +100,29 @@ def layer_configs(sw: Sweep) -> list[Config]:
             for layers in sw.spec.space.get("backbone.layers", [None])]
 
 
-def upstream_stages(sw: Sweep, run_upstream: bool = True) -> list[str]:
+def upstream_stages(sw: Sweep, run_upstream: bool = True, runners: int = 1) -> list[str]:
     """The pipeline stages to run before this sweep can start (`spanuq.sweep.upstream`); raises
-    `UpstreamMissing` — before anything is created — when its inputs cannot be made here."""
-    return check_upstream(sw.base_config, f"the sweep {sw.spec.study_name}", run_upstream, layer_configs(sw))
+    `UpstreamMissing` — before anything is created — when its inputs cannot be made here, or
+    `spanuq.sweep.data.DataRefused` when other machines could not pull what they would make."""
+    stages = check_upstream(sw.base_config, f"the sweep {sw.spec.study_name}", run_upstream, layer_configs(sw))
+    if stages:
+        check_shareable(sw.base_config, runners)
+    return stages
 
 
-def prepare(sw: Sweep, progress: bool = False) -> str:
-    """Create (or reopen) the study, queue the grid, extract missing layer sets; returns the parent run id.
+def fetch_inputs(sw: Sweep) -> dict[str, Any]:
+    """The coordinator's first step: what dvc.lock records of the sweep's inputs, pulled from DVC into
+    this checkout (`spanuq.sweep.data.fetch_for_coordinator`); returns what came from the remote."""
+    return fetch_for_coordinator(sw.base_config, layer_configs(sw))
 
-    Its inputs (the pipeline's generations and labels) must exist: `upstream_stages` says what to run first."""
+
+def prepare(sw: Sweep, progress: bool = False, runners: int = 1) -> str:
+    """Create (or reopen) the study, queue the grid, extract missing layer sets, publish the data
+    (`spanuq.sweep.data.publish`: pushed to the DVC remote); returns the parent run id.
+
+    Its inputs (the pipeline's generations and labels) must exist: `upstream_stages` says what to run first.
+    With ``runners`` > 1 they must be what dvc.lock records (or seen by every machine): refused otherwise,
+    before anything is created."""
     from ..pipeline import tracking
     from .trial import ensure_features
 
@@ -109,12 +131,19 @@ def prepare(sw: Sweep, progress: bool = False) -> str:
     if missing:
         raise UpstreamMissing(f"the sweep {sw.spec.study_name} trains on {' and '.join(map(str, missing))}, not made "
                               "yet: run the pipeline's upstream stages first (`upstream_stages`)")
+    check_shareable(sw.base_config, runners)
     for cfg in configs:  # each layer set the space names needs its features
         ensure_features(cfg, progress=progress)
+    manifest = publish(sw.base_config, configs, runners)
+    if manifest["mode"] == "dvc":
+        log.info("sweep data pushed to DVC remote %s (%s): %d files, %s (of %s in the inputs)", manifest["remote"],
+                 manifest["remote_url"], manifest["pushed_files"], human(manifest["pushed_bytes"]),
+                 human(manifest["size_bytes"]))
     study = sw.study()
     if sw.spec.sampler == "grid":
         added = enqueue_grid(study, sw.spec)
         log.info("queued %d configurations in study %s", added, sw.spec.study_name)
+    study.set_user_attr(MANIFEST_ATTR, manifest)
     parent = study.user_attrs.get(PARENT_RUN_ATTR)
     if parent is None:
         cfg = sw.base_config
@@ -124,7 +153,33 @@ def prepare(sw: Sweep, progress: bool = False) -> str:
 
         MlflowClient().log_dict(parent, sw.spec.model_dump(mode="json"), "sweep.json")
         study.set_user_attr(PARENT_RUN_ATTR, parent)
+    from mlflow import MlflowClient
+
+    tracking.connect(sw.base_config)
+    MlflowClient().log_dict(parent, manifest, "sweep-data.json")
     return parent
+
+
+def join(sw: Sweep) -> tuple[str, dict[str, Any]]:
+    """A runner's first step: the coordinator's study, its data in this checkout (pulled from DVC and
+    checked against the manifest, or `spanuq.sweep.data.DataRefused` before anything is created);
+    returns (parent run id, what was pulled)."""
+    try:
+        study = open_study(sw.spec, sw.storage, create=False)
+    except KeyError:
+        raise DataRefused(f"no study {sw.spec.study_name} in {_safe_url(sw.storage)}: start the sweep with its "
+                               f"coordinator (`prefect deployment run sweep/{sw.spec.backbone}`), whose runners join "
+                               "it. Nothing was created.") from None
+    pulled = join_data(sw.base_config, study.user_attrs.get(MANIFEST_ATTR), sw.spec.study_name)
+    parent = study.user_attrs.get(PARENT_RUN_ATTR)
+    if parent is None:
+        raise DataRefused(f"study {sw.spec.study_name} has no parent run: start it with `sweep/{sw.spec.backbone}`")
+    return parent, pulled
+
+
+def data_status(sw: Sweep, runner: bool) -> dict[str, str] | None:
+    """``dvc status -c`` of the sweep's inputs in this checkout ({} = clean; None when DVC does not move them)."""
+    return final_status(sw.study().user_attrs.get(MANIFEST_ATTR), runner)
 
 
 def _safe_url(url: str) -> str:
@@ -165,7 +220,10 @@ def run_one(sw: Sweep, parent_run_id: str | None, device: str, study=None) -> st
         cmd += ["--parent-run", parent_run_id]
     for o in sw.overrides:
         cmd += ["-o", o]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": device}
+    # the trial imports the code this process runs (the flow run's clone), not the environment's copy
+    code_root = str(Path(__file__).resolve().parents[2])
+    pythonpath = os.pathsep.join(p for p in (code_root, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": device, "PYTHONPATH": pythonpath}
     with open(log_path, "ab") as logf:
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
         while True:  # heartbeat for as long as the child lives
@@ -302,8 +360,12 @@ def finish(sw: Sweep, parent_run_id: str) -> dict[str, Any]:
         summary.update(best_trial=best.number, best_dev_auroc=best.value, best_params=best.params)
         best_cfg = trial_config(sw.spec, best.params, sw.overrides)
         if best_cfg.mlflow.register_model and study.user_attrs.get("registered_trial") != best.number:
-            with mlflow.start_run(run_id=best.user_attrs["mlflow_run_id"]):
-                reg = log_probe(best.user_attrs["checkpoint"], best_cfg, dev_auroc=best.value)
+            with tempfile.TemporaryDirectory() as tmp, mlflow.start_run(run_id=best.user_attrs["mlflow_run_id"]):
+                # from the artifact store: the best trial may have run on another machine
+                probe = mlflow.artifacts.download_artifacts(run_id=best.user_attrs["mlflow_run_id"],
+                                                            artifact_path="probe", dst_path=tmp)
+                reg = log_probe(probe, best_cfg, dev_auroc=best.value)
+            summary["best_node"] = best.user_attrs.get("node")
             study.set_user_attr("registered_trial", best.number)
             client.set_tag(parent_run_id, "best_trial", str(best.number))
             summary["registry"] = reg
@@ -320,6 +382,7 @@ def run_sweep(spec_path: str | Path, storage: str | None = None, overrides: list
     from ..stages import run_stage
 
     sw = Sweep.from_files(spec_path, storage, overrides, n_trials)
+    fetch_inputs(sw)
     for name in upstream_stages(sw, run_upstream):
         log.info("sweep %s: running the pipeline's %s stage first", sw.spec.study_name, name)
         run_stage(name, sw.base_config, progress=progress)

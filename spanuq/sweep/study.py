@@ -72,12 +72,17 @@ def _pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
                                        n_warmup_steps=spec.pruner.n_warmup_steps)
 
 
-def open_study(spec: SweepSpec, storage_url: str) -> optuna.Study:
-    """Create the study, or load it when it exists (a resumed or a second worker's sweep)."""
+def open_study(spec: SweepSpec, storage_url: str, create: bool = True) -> optuna.Study:
+    """Create the study, or load it when it exists (a resumed or a second worker's sweep).
+
+    ``create=False`` (a runner joining a sweep) raises `KeyError` when the study does not exist."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.create_study(study_name=spec.study_name, storage=make_storage(storage_url, spec),
-                               sampler=_sampler(spec), pruner=_pruner(spec), direction="maximize",
-                               load_if_exists=True)
+    storage = make_storage(storage_url, spec)
+    if not create:
+        return optuna.load_study(study_name=spec.study_name, storage=storage, sampler=_sampler(spec),
+                                 pruner=_pruner(spec))
+    return optuna.create_study(study_name=spec.study_name, storage=storage, sampler=_sampler(spec),
+                               pruner=_pruner(spec), direction="maximize", load_if_exists=True)
 
 
 def enqueue_grid(study: optuna.Study, spec: SweepSpec) -> int:

@@ -9,7 +9,8 @@ it holds), so a crash, a NaN loss or an out-of-memory kill ends this trial only.
    the dev span AUROC of every epoch to Optuna, which may prune the trial;
 3. evaluates the best epoch on dev and test with `spanuq.train.stage.evaluate_model` (the span
    metrics over every labelled span), saves the checkpoint (safetensors) and logs it all
-   to an MLflow run nested under the sweep's parent run;
+   to an MLflow run nested under the sweep's parent run (the checkpoint as artifacts ``probe/``:
+   the coordinator registers the best one from there, whichever machine trained it);
 4. tells Optuna the dev AUROC (COMPLETE), PRUNED, or FAIL with the error.
 """
 from __future__ import annotations
@@ -143,7 +144,8 @@ def run_trial(spec: SweepSpec, storage_url: str, trial_id: int, out_dir: Path,
                                           "best_epoch": info["best_epoch"], "dev_auroc": value,
                                           "optuna_trial": trial.number, "params": params})
             tracking.log_artifacts(str(ckpt), "probe")
-            trial.set_user_attr("checkpoint", str(ckpt.resolve()))
+            trial.set_user_attr("checkpoint", str(ckpt.resolve()))  # on this machine; every machine: the URI
+            trial.set_user_attr("checkpoint_uri", f"runs:/{run.info.run_id}/probe")
             trial.set_user_attr("overrides", trial_overrides(spec, params))
             trial.set_user_attr("test_auroc", metric_value(test_m, "span", "auroc") if test_m else None)
             trial.set_user_attr("best_epoch", info["best_epoch"])
