@@ -31,7 +31,8 @@ def write_synthetic_run(data_dir: Path, n: int = 48, d: int = 32, seed: int = 0)
     labels = []
     for i, e in enumerate(ex):
         split = "train" if i < 0.6 * n else "dev" if i < 0.8 * n else "test"
-        writer.add(e.prompt_id, FeatureItem(e.h.half(), e.entropy, torch.tensor(e.token_ids, dtype=torch.int32)))
+        writer.add(e.prompt_id, FeatureItem(e.h.half(), e.entropy, torch.tensor(e.token_ids, dtype=torch.int32),
+                                              e.entropy.clone()))
         spans = [SpanTarget(claim_id=f"{e.prompt_id}:{k}", text="x", char_start=0, char_end=1,
                             tok_start=int(b), tok_end=int(t), u=float(u))
                  for k, ((b, t), u) in enumerate(zip(e.spans.tolist(), e.u.tolist()))]

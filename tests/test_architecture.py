@@ -21,7 +21,7 @@ LAYERS = {
     "the stages that make the training data": ["spanuq.data", "spanuq.generate", "spanuq.label", "spanuq.features"],
     "the product": ["spanuq.score"],
     "the stages that read a trained probe": ["spanuq.evaluate", "spanuq.train", "spanuq.baselines", "spanuq.report",
-                                             "spanuq.bench"],
+                                             "spanuq.bench", "spanuq.conformal", "spanuq.monitor"],
     "what runs the stages": ["spanuq.stages", "spanuq.sweep"],
     "entry points": ["spanuq.cli", "spanuq"],
 }

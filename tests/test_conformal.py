@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from spanuq.conformal import store
-from spanuq.conformal.fit import AnswerClaims, _packed, fdp, fit, fit_factuality, fit_fdr, hb_pvalue, outcome, split_check
+from spanuq.score import guarantee as store
+from spanuq.metrics.conformal import AnswerClaims, _packed, fdp, fit, fit_factuality, fit_fdr, hb_pvalue, outcome, split_check
 
 
 def draw(rng, n: int) -> list[AnswerClaims]:

@@ -53,7 +53,7 @@ def test_teacher_forced_returns_every_layer(backbone):
 def test_store_shards_round_trip_with_checksums(tmp_path):
     g = torch.Generator().manual_seed(0)
     items = {f"p{i}": FeatureItem(torch.randn(5 + i, 8, generator=g).half(), torch.rand(5 + i),
-                                  torch.arange(5 + i, dtype=torch.int32)) for i in range(7)}
+                                  torch.arange(5 + i, dtype=torch.int32), torch.rand(5 + i)) for i in range(7)}
     w = ShardWriter(tmp_path / "f", {"d_model": 8, "layers": [1]}, shard_tokens=20)
     for k, v in items.items():
         w.add(k, v)
@@ -63,10 +63,11 @@ def test_store_shards_round_trip_with_checksums(tmp_path):
     for k, v in items.items():
         got = store[k]
         assert torch.equal(got.h, v.h) and torch.equal(got.entropy, v.entropy) and torch.equal(got.token_ids, v.token_ids)
-    # bytes per token ≈ 2·d (fp16) + 8 (entropy fp32 + token id int32) + safetensors headers
+        assert torch.equal(got.surprisal, v.surprisal)
+    # bytes per token ≈ 2·d (fp16) + 12 (entropy, surprisal fp32 + token id int32) + safetensors headers
     size = sum(p.stat().st_size for p in (tmp_path / "f").glob("shard-*"))
     tokens = sum(v.h.shape[0] for v in items.values())
-    assert 2 * 8 + 8 <= size / tokens < 2 * 8 + 8 + 30
+    assert 2 * 8 + 12 <= size / tokens < 2 * 8 + 12 + 30
     # a corrupted shard is detected
     shard = next((tmp_path / "f").glob("shard-*"))
     data = bytearray(shard.read_bytes()); data[-1] ^= 0xFF; shard.write_bytes(bytes(data))
@@ -76,8 +77,10 @@ def test_store_shards_round_trip_with_checksums(tmp_path):
 
 def test_duplicate_ids_and_missing_index_are_clear_errors(tmp_path):
     w = ShardWriter(tmp_path / "f", {"d_model": 2})
-    it = FeatureItem(torch.zeros(1, 2).half(), torch.zeros(1), torch.zeros(1, dtype=torch.int32))
+    it = FeatureItem(torch.zeros(1, 2).half(), torch.zeros(1), torch.zeros(1, dtype=torch.int32), torch.zeros(1))
     w.add("a", it)
+    with pytest.raises(ValueError, match="one surprisal per answer token"):
+        w.add("b", FeatureItem(it.h, it.entropy, it.token_ids))
     with pytest.raises(ValueError, match="duplicate"):
         w.add("a", it)
     with pytest.raises(FileNotFoundError, match="spanuq extract"):

@@ -208,7 +208,7 @@ def test_the_web_page_shows_the_spans_and_scores_of_the_json_api(service, tmp_pa
         page.click("#submit")
         page.wait_for_selector("#result[data-ready]", timeout=300_000)
         assert page.inner_text("#status").endswith("s"), page.inner_text("#status")
-        shown = page.eval_on_selector_all("li.uq-item", "els => els.map(e => [+e.dataset.start, +e.dataset.end, +e.dataset.u])")
+        shown = page.eval_on_selector_all("li.uq-item", "els => els.map(e => [+e.dataset.i, +e.dataset.start, +e.dataset.end, +e.dataset.u])")
         covered = page.eval_on_selector_all("span.uq", "els => els.flatMap(e => e.dataset.spans.split(' ').map(Number))")
         titles = page.eval_on_selector_all("span.uq", "els => els.map(e => e.title)")
         answer = page.eval_on_selector("#result", "e => JSON.parse(e.dataset.json).answer")
@@ -218,7 +218,9 @@ def test_the_web_page_shows_the_spans_and_scores_of_the_json_api(service, tmp_pa
     api = httpx.post(f"{service}/score", json={"prompt": prompt}, timeout=300).json()
     assert answer == api["answer"] and api["spans"]
     assert len(shown) == len(api["spans"]) and set(covered) == set(range(len(api["spans"])))
-    for (start, end, u), s in zip(shown, api["spans"]):
+    assert [u for *_, u in shown] == sorted((u for *_, u in shown), reverse=True)  # most doubtful first
+    for i, start, end, u in shown:
+        s = api["spans"][i]
         assert (start, end) == (s["start"], s["end"]) and u == pytest.approx(s["u"], abs=1e-4)
     assert all(t.startswith("u = ") for t in titles)  # hover shows the score
     assert (out / "web.png").stat().st_size > 10_000

@@ -170,14 +170,16 @@ def test_the_page_colours_spans_in_as_the_answer_streams_and_ends_with_post_scor
         page.wait_for_selector("#result[data-ready]", timeout=300_000)
         assert not page.inner_text("#status").endswith("…"), page.inner_text("#status")
         drawn = int(page.eval_on_selector("#result", "e => e.dataset.updates"))
-        shown = page.eval_on_selector_all("li.uq-item", "els => els.map(e => [+e.dataset.start, +e.dataset.end, +e.dataset.u])")
+        shown = page.eval_on_selector_all("li.uq-item", "els => els.map(e => [+e.dataset.i, +e.dataset.start, +e.dataset.end, +e.dataset.u])")
         covered = page.eval_on_selector_all("span.uq", "els => els.flatMap(e => e.dataset.spans.split(' ').map(Number))")
         answer = page.eval_on_selector("#result", "e => JSON.parse(e.dataset.json).answer")
         page.screenshot(path=str(out / "stream.png"), full_page=True)
     assert drawn >= 2  # the page was redrawn as the answer grew
     api = httpx.post(f"{url}/score", json={"prompt": PROMPT, "response": answer}, timeout=300).json()
     assert api["spans"] and len(shown) == len(api["spans"]) and set(covered) == set(range(len(api["spans"])))
-    for (start, end, u), s in zip(shown, api["spans"]):
+    assert [u for *_, u in shown] == sorted((u for *_, u in shown), reverse=True)  # most doubtful first
+    for i, start, end, u in shown:
+        s = api["spans"][i]
         assert (start, end) == (s["start"], s["end"]) and u == pytest.approx(s["u"], abs=1e-4)
     assert (out / "stream.png").stat().st_size > 10_000
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..features.dataset import ResponseExample, answers
-from .fit import AnswerClaims
+from ..metrics.conformal import AnswerClaims
 
 
 def claims_of(uq, examples: list[ResponseExample]) -> list[AnswerClaims]:

@@ -6,7 +6,7 @@
     spanuq calibrate --alpha 0.1 --check 200                   # held-out rates over 200 random 50/50 splits
     spanuq calibrate --alpha 0.1 --check-data data-unseen      # fitted here, measured on another labelled folder
 
-Writes ``conformal.json`` beside the probe's weights (`spanuq.conformal.store`); `spanuq score / serve /
+Writes ``conformal.json`` beside the probe's weights (`spanuq.score.guarantee`); `spanuq score / serve /
 refine --conformal-alpha A` use it.  The guarantees are stated in docs/guarantees.md.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from .fit import GUARANTEES, achieved, fit, outcome, split_check
+from ..metrics.conformal import GUARANTEES, achieved, fit, outcome, split_check
 
 
 def add_calibrate_args(p: argparse.ArgumentParser) -> None:
@@ -54,7 +54,7 @@ def _examples(uq, cfg, data: str, split: str, limit: int | None = None):
 
 def run_calibrate(args, cfg) -> int:
     from ..score.commands import load_uq
-    from . import store
+    from ..score import guarantee as store
     from .claims import claims_of
 
     uq = load_uq(argparse.Namespace(model=args.model, generator=None, threshold=None, override=args.override), cfg)

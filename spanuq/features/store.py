@@ -42,6 +42,9 @@ class ShardWriter:
     def add(self, prompt_id: str, item: FeatureItem) -> None:
         if prompt_id in self.items or any(pid == prompt_id for pid, _ in self._buf):
             raise ValueError(f"duplicate prompt id {prompt_id!r}")
+        if item.surprisal is None or item.surprisal.shape[0] != item.h.shape[0]:
+            raise ValueError(f"{prompt_id}: a stored item needs one surprisal per answer token (feature schema "
+                             f"{FEATURE_SCHEMA_VERSION})")
         self._buf.append((prompt_id, item))
         self._buf_tokens += item.h.shape[0]
         if self._buf_tokens >= self.shard_tokens:

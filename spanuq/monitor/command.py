@@ -12,7 +12,8 @@ def add_monitor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--by", default=None, help="comma-separated columns to break rates down by (default: domain and "
                                               "every metadata key with 2-50 values)")
     p.add_argument("--threshold", type=float, default=None,
-                   help="a span is uncertain when its û is above this (default: score.refine_threshold)")
+                   help="a span is uncertain when its û is above this (default: score.refine_threshold, else the flag "
+                        "threshold the probe stores for the answer's source)")
     p.add_argument("--batch-size", type=int, default=32, help="rows scored (and cached) together")
     p.add_argument("--top", type=int, default=20, help="doubtful answers shown")
     p.add_argument("--model", default=None, metavar="DIR|URI", help="the probe (as `spanuq score --model`)")

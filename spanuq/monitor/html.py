@@ -4,6 +4,7 @@ from __future__ import annotations
 import html
 
 from ..score.views import colour, to_html
+from .report import threshold_text
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:64em;color:#222;padding:0 1em}
@@ -62,11 +63,11 @@ def render(report: dict) -> str:
     m, o, st = report["meta"], report["overall"], report["status"]
     cards = [("answers", m["rows"], f"from {html.escape(str(m.get('file', '')))}"),
              ("with an uncertain span", _pct(o["share_uncertain"]),
-              f"of {o['scored']} scored; û &gt; {m['threshold']:.3g}"),
+              f"of {o['scored']} scored; {html.escape(threshold_text(m['threshold']))}"),
              ("unverified", st["unverified"], "could not be judged"),
              ("errors", m["errors"], "rows not scored")]
     parts = [f"<h1>SpanUQ monitoring report</h1><p class=note>{html.escape(m.get('probe', ''))}<br>"
-             f"threshold: û &gt; {m['threshold']:.4g} ({html.escape(m.get('threshold_source', ''))}) · "
+             f"threshold: {html.escape(threshold_text(m['threshold'], 4))} ({html.escape(m.get('threshold_source', ''))}) · "
              f"{m.get('scored_now', 0)} answers scored in this run, {m.get('cache_hits', 0)} from the cache · "
              f"{html.escape(str(m.get('date', '')))}</p>",
              '<div class="cards">' + "".join(f'<div class="card"><b>{v}</b>{html.escape(k)}<br><small>{d}</small>'

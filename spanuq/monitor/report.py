@@ -38,10 +38,19 @@ def histogram(values: list[float]) -> dict:
     return {"edges": [round(float(e), 4) for e in edges], "counts": [int(c) for c in counts], "n": len(values)}
 
 
-def kind(result, threshold: float) -> str:
+def kind(result, threshold: float | None) -> str:
+    """unverified / uncertain / clean; ``threshold`` None: a span counts at the answer's own flag threshold
+    (the one its view marks "likely wrong" from)."""
     if result.status != "scored":
         return "unverified"
+    if threshold is None:
+        return "uncertain" if any(s.u >= result.flag_threshold for s in result.spans) else "clean"
     return "uncertain" if any(s.u > threshold for s in result.spans) else "clean"
+
+
+def threshold_text(threshold: float | None, digits: int = 3) -> str:
+    """How a report names its threshold."""
+    return "the flag threshold of each answer's source" if threshold is None else f"û > {threshold:.{digits}g}"
 
 
 def _rates(items: list) -> dict:
@@ -68,7 +77,7 @@ def group_columns(rows: list, by: list[str] | None) -> list[str]:
     return sorted(k for k, v in values.items() if 2 <= len(v) <= MAX_GROUP_VALUES)
 
 
-def build(rows_results: list, errors: list, threshold: float, by: list[str] | None = None, top: int = 20,
+def build(rows_results: list, errors: list, threshold: float | None, by: list[str] | None = None, top: int = 20,
           threshold_source: str = "", meta: dict | None = None) -> dict:
     """``rows_results``: (Row, ScoreResult) of every row scored; ``errors``: (line, message) of the others."""
     items = [(row, res, kind(res, threshold)) for row, res in rows_results]

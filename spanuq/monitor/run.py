@@ -23,7 +23,7 @@ from ..score.errors import GenerationError, InputError
 from ..score.schema import ScoreResult
 from . import html as html_view
 from .cache import ResultCache, answer_key, scoring_identity
-from .report import build
+from .report import build, threshold_text
 from .rows import BadRow, Row, read_rows
 
 
@@ -89,8 +89,9 @@ def run_monitor(uq, path: str | Path, out_dir: str | Path | None = None, *, by: 
             done.append((r, cache.get(k)))
     errors.sort()
     thr = uq.cfg.score.refine_threshold if threshold is None else float(threshold)
-    report = build(done, errors, thr, by, top, threshold_source or ("score.refine_threshold" if threshold is None
-                                                                     else "given"),
+    report = build(done, errors, thr, by, top,
+                   threshold_source or ("given" if threshold is not None else "score.refine_threshold" if thr is not None
+                                        else "calibration: flag threshold per answer source"),
                    meta={"file": str(path), "probe": uq.probe_source, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                          "cache_hits": hits, "scored_now": len(todo) - len(failed),
                          "seconds": round(time.perf_counter() - t0, 2)})
@@ -104,7 +105,7 @@ def run_monitor(uq, path: str | Path, out_dir: str | Path | None = None, *, by: 
 def summary(report: dict) -> str:
     m, o, st = report["meta"], report["overall"], report["status"]
     share = "—" if o["share_uncertain"] is None else f"{100 * o['share_uncertain']:.1f}%"
-    return (f"monitor: {m['rows']} rows: {o['scored']} scored ({share} with a span above û {m['threshold']:.3g}), "
+    return (f"monitor: {m['rows']} rows: {o['scored']} scored ({share} with a span at {threshold_text(m['threshold'])}), "
             f"{st['unverified']} unverified, {m['errors']} errors; {m['scored_now']} scored now, {m['cache_hits']} "
             f"from the cache, {m['seconds']:.1f} s; wrote {m['folder']}/report.html and report.json")
 

@@ -17,6 +17,14 @@ class GenerationError(RuntimeError):
     status = 503
 
 
+class HTTPError(Exception):
+    """A request the service refuses before scoring (bad body, wrong content type, too large)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
 def check_input(prompt, response, limits) -> None:
     """Raise `InputError` for a prompt / response that cannot be scored (``limits``: the `ScoreConfig`):
     cheap checks that run before any model is loaded or called."""

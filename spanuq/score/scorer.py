@@ -104,9 +104,9 @@ class SpanUQ:
         # answers longer than the probe's trained length are read in windows (score/windows.py)
         self.window = cfg.score.window_tokens or int(self.extra.get("window_tokens") or cfg.generate.max_new_tokens)
         self.generator = cfg.score.generator
-        self.guarantee = None  # the conformal threshold of score.conformal_alpha (spanuq.conformal.store)
+        self.guarantee = None  # the conformal threshold of score.conformal_alpha (spanuq.score.guarantee)
         if cfg.score.conformal_alpha is not None:
-            from ..conformal import store
+            from . import guarantee as store
 
             s = cfg.score
             self.guarantee = store.load(checkpoint, s.conformal_guarantee, s.conformal_alpha, s.conformal_delta)
@@ -448,7 +448,7 @@ class SpanUQ:
             prompt=item.request.prompt, u_seq=u_seq, spans=spans, extra=self._knowledge(item, spans)))
         conformal = None
         if self.guarantee is not None:
-            from ..conformal.store import decide
+            from .guarantee import decide
 
             conformal = ConformalDecision(**decide(self.guarantee, [s.u for s in spans], u_seq, not reasons))
         return ScoreResult(prompt=item.request.prompt, answer=answer, answer_source=item.source,

@@ -35,7 +35,8 @@ from starlette.requests import ClientDisconnect
 from ..config import ScoreConfig
 from .refine import RefineRequest, RefineResult, check_refine
 from .schema import BatchRequest, BatchResponse, ItemError, ScoreRequest, ScoreResult
-from .scorer import GenerationError, InputError, SpanUQ
+from .errors import GenerationError, HTTPError, InputError
+from .scorer import SpanUQ
 from .views import HOW_TO_CHOOSE
 from .worker import QueueFull, ScoringWorker, StreamJob
 
@@ -43,12 +44,6 @@ __all__ = ["create_app", "serve", "ScoringWorker", "StreamJob"]
 log = logging.getLogger(__name__)
 WEB = Path(__file__).with_name("web")
 ERRORS = {400: {}, 408: {}, 413: {}, 422: {}, 503: {}}  # the OpenAPI responses of a POST route
-
-
-class HTTPError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status, self.message = status, message
 
 
 class ClientGone(Exception):

@@ -40,7 +40,7 @@ def cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-def _hf_text(uq, cap: StateCapture, max_new: int) -> Iterator[tuple[str, str | None]]:
+def hf_text(uq, cap: StateCapture, max_new: int) -> Iterator[tuple[str, str | None]]:
     """Greedy transformers decoding on the capture's cache: ``(text so far, None)`` per token,
     then ``(text, "stop" | "length")``."""
     stop, eos = uq.cfg.generate.stop, uq.tok.eos_token_id
@@ -137,7 +137,7 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
     if text is not None:
         source = text(cap)
     else:
-        source = _hf_text(uq, cap, max_new) if gen == "hf" else _server_text(uq, cap, chat, max_new)
+        source = hf_text(uq, cap, max_new) if gen == "hf" else _server_text(uq, cap, chat, max_new)
     seq, scored_n, n_gen, finish, text = 0, 0, 0, None, ""
 
     def update(result: ScoreResult, done: bool, t_start: float) -> StreamUpdate:

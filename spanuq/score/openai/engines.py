@@ -52,7 +52,7 @@ def backbone_payload(uq, req: ChatRequest, chat: str) -> dict:
     return p
 
 
-def _greedy_only(req: ChatRequest) -> None:
+def greedy_only(req: ChatRequest) -> None:
     """transformers decodes greedily here: a request for anything else gets a 400, not another answer."""
     for key, neutral in (("temperature", 0.0), ("top_p", 1.0), ("frequency_penalty", 0.0), ("presence_penalty", 0.0)):
         v = getattr(req, key)
@@ -101,7 +101,7 @@ def backbone_complete(uq, req: ChatRequest, chat: str) -> Completion:
 
     budget = req.budget() or uq.cfg.score.max_new_tokens
     if uq._resolve_generator() == "hf":
-        _greedy_only(req)
+        greedy_only(req)
         n_prompt = _check_context(uq, chat, budget, None)
         stops = list(uq.cfg.generate.stop or []) + list(req.stop or [])
         g = generate_with_states(uq.model, uq.tok, chat, uq.layers, budget, uq.out_dtype, stop=stops)

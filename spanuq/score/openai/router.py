@@ -29,12 +29,12 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
-from ..errors import GenerationError, InputError
+from ..errors import GenerationError, HTTPError, InputError
 from ..schema import ScoreRequest, ScoreResult
 from ..status import AnsweredBy, StatusCheck, assess
 from ..worker import QueueFull, StreamJob
 from .conversation import Conversation, conversation, visible
-from .engines import Upstream, backbone_complete, backbone_text
+from .engines import Upstream, backbone_complete, backbone_text, greedy_only
 from .records import (ChatRequest, OpenAIError, ProbeInfo, chunk, completion, completion_id, extension, model_card,
                       usage)
 
@@ -117,7 +117,7 @@ class ChatStreamJob(StreamJob):
         return {}
 
     def run(self, uq) -> str:
-        from ..stream import _hf_text, score_stream
+        from ..stream import hf_text, score_stream
 
         outcome = "cancelled"
         try:
@@ -135,10 +135,8 @@ class ChatStreamJob(StreamJob):
                 budget = budget or uq.cfg.score.max_new_tokens
                 gen = uq._resolve_generator()
                 if gen == "hf":
-                    from .engines import _greedy_only
-
-                    _greedy_only(self.req)
-                    text = lambda cap: _until(_hf_text(uq, cap, budget), self.req.stop or [])  # noqa: E731
+                    greedy_only(self.req)
+                    text = lambda cap: _until(hf_text(uq, cap, budget), self.req.stop or [])  # noqa: E731
                 else:
                     text = lambda cap: backbone_text(uq, self.req, self.conv.chat)  # noqa: E731
 
@@ -207,8 +205,6 @@ def _until(source, stops: list[str]):
 def install(app: FastAPI, uq, worker, scfg, upstream: Upstream | None = None, probe_source: str | None = None,
             json_body=None) -> None:
     """Add the ``/v1`` routes to ``app`` (the service of `create_app`)."""
-    from ..service import HTTPError
-
     probe = probe_info(uq, probe_source)
     served = uq.backbone_name
 

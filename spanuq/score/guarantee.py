@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..pipeline.files import sha256_file
-from .fit import GUARANTEES, Fitted
+from ..metrics.conformal import GUARANTEES, Fitted
 
 FILE = "conformal.json"
 FORMAT = 1
