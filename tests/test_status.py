@@ -1,5 +1,5 @@
-"""A status on every result: ``scored``, or ``unverified`` with reasons — each reason reached here
-(``probe_backbone_mismatch`` by an upstream reply also in tests/test_openai_api.py)."""
+"""A status on every result: ``scored``, or ``unverified`` with reasons — each reason reached here by
+scoring an answer (``probe_backbone_mismatch`` by an upstream reply also in tests/test_openai_api.py)."""
 import copy
 import json
 
@@ -86,6 +86,44 @@ def test_a_window_that_cannot_be_read_is_reported_and_the_rest_scored(scorer):
     bad = offsets[5][0]
     assert f"1 of the answer's {whole.windows} windows" in where and "characters 0-" in where
     assert not any(s.start <= bad < s.end for s in r.spans) and r.spans and r.u_seq is not None
+
+
+def test_a_probe_of_another_backbone_is_unverified(scorer):
+    """A probe whose checkpoint says it read another backbone's states, put beside this backbone by
+    hand (the Python API; `SpanUQ.load` always loads the checkpoint's own backbone)."""
+    from spanuq import SpanUQ
+    from spanuq.model.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(scorer.checkpoint)
+    ckpt.extra["backbone"] = "smollm2-1.7b"
+    uq = SpanUQ(ckpt, scorer.cfg, scorer.model, scorer.tok, scorer.checkpoint, threshold=scorer.threshold)
+    r = uq.score("What is the capital of Australia?", response=ANSWER)
+    assert r.status == "unverified" and codes(r) == ["probe_backbone_mismatch"]
+    assert "smollm2-1.7b" in r.status_reasons[0].message and r.spans  # scored, not presented as judged
+
+
+def test_a_given_answer_on_a_subject_the_backbone_does_not_know(scorer):
+    """``subject_unknown`` reads the backbone's entropy before a given answer's spans against the
+    probe's fitted threshold: at a threshold under that entropy the answer is unverified; the backbone's
+    own answers are never judged by it."""
+    import dataclasses
+
+    from spanuq import SpanUQ
+    from spanuq.model.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(scorer.checkpoint)
+    base = scorer.score("What is the capital of Australia?", response=ANSWER)
+    assert base.status == "scored" and base.spans
+    for tau, unknown in ((0.0, True), (1e6, False)):
+        ckpt = dataclasses.replace(ckpt, calibration=dataclasses.replace(ckpt.calibration,
+                                                                         given={"unknown_entropy": tau}))
+        uq = SpanUQ(ckpt, scorer.cfg, scorer.model, scorer.tok, scorer.checkpoint, threshold=scorer.threshold)
+        r = uq.score("What is the capital of Australia?", response=ANSWER)
+        assert codes(r) == (["subject_unknown"] if unknown else []), tau
+        if unknown:
+            assert "does not know this subject" in r.status_reasons[0].message and r.spans
+        assert uq.score("What is the capital of Australia?", response=ANSWER,
+                        answer_source="generated").status == "scored"
 
 
 def test_probe_backbone_mismatch_rules():
