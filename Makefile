@@ -5,7 +5,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export MLFLOW_DISABLE_TELEMETRY ?= true
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup repro test test-all bench bench-gpu bench-install ship-probe
+.PHONY: setup repro test test-all bench bench-gpu bench-install ship-probe guarantees
 setup:
 	bash scripts/setup.sh
 
@@ -33,3 +33,12 @@ bench-install: setup  ## size and time of the scoring install (pip install .) ag
 
 ship-probe: setup  ## re-train the shipped probe (cpu-full preset) and re-ship it: make ship-probe MUSHROOM=<mu-shroom checkout>
 	bash scripts/retrain_shipped_probe.sh $(MUSHROOM)
+
+UNSEEN ?= data-unseen
+UNSEEN_OPTS = --preset cpu-full -o paths.data=$(UNSEEN) -o prompts.source=file -o prompts.file=examples/unseen_prompts.jsonl \
+	-o prompts.n_prompts=null -o prompts.split_by=prompts
+guarantees: setup  ## re-fit the shipped probe's conformal.json and the tables of docs/guarantees.md (after ship-probe)
+	@[ -f $(UNSEEN)/smollm2-135m/labels.jsonl ] || for s in prompts generate label; do spanuq $$s $(UNSEEN_OPTS) || exit 1; done
+	spanuq extract $(UNSEEN_OPTS)
+	spanuq calibrate --model shipped --alpha 0.05 0.1 0.2 --guarantee factuality fdr --delta 0.1 \
+		--check 1000 --check-data $(UNSEEN) --doc docs/guarantees.md

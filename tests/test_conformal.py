@@ -102,16 +102,37 @@ def test_stored_thresholds_are_tied_to_the_weights(tmp_path):
         store.load(tmp_path, "factuality", 0.1)
 
 
+def test_doc_tables_replace_only_their_block(tmp_path):
+    from spanuq.conformal.doc import BEGIN, END, clopper_pearson, write_block
+
+    page = tmp_path / "g.md"
+    page.write_text("no markers here\n")
+    with pytest.raises(ValueError, match="needs one line"):
+        write_block(page, "x\n")
+    page.write_text(f"a\n{BEGIN}\nold\n{END}\nb\n")
+    write_block(page, "| new |\n")
+    assert page.read_text() == f"a\n{BEGIN}\n| new |\n{END}\nb\n"
+    from scipy.stats import binom
+
+    lo, hi = clopper_pearson(2, 59)  # exact: each end leaves 2.5% of the binomial's mass beyond 2 / 59
+    assert binom.cdf(2, 59, hi) == pytest.approx(0.025) and binom.sf(1, 59, lo) == pytest.approx(0.025)
+    assert clopper_pearson(0, 10)[0] == 0 and clopper_pearson(10, 10)[1] == 1
+
+
 def test_calibrate_command_fits_on_the_shipped_test_split(tmp_path, repo_root):
     """`spanuq calibrate` as a user runs it: the shipped probe's stored test split (40 answers here)."""
     import os
     import subprocess
     import sys
 
+    from spanuq.conformal.doc import BEGIN, END
+
     out = tmp_path / "conformal.json"
+    page = tmp_path / "guarantees.md"
+    page.write_text(f"# Guarantees\n\nprose kept\n\n{BEGIN}\nold numbers\n{END}\n\nmore prose\n")
     r = subprocess.run([sys.executable, "-m", "spanuq.cli", "calibrate", "--model", "shipped", "--limit", "40",
                         "--alpha", "0.1", "0.2", "--guarantee", "factuality", "fdr", "--out", str(out), "--check", "20",
-                        "--json"], capture_output=True, text=True, timeout=900, cwd=repo_root,
+                        "--json", "--doc", str(page)], capture_output=True, text=True, timeout=900, cwd=repo_root,
                        env={**os.environ, "PYTHONPATH": str(repo_root)})
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
@@ -124,6 +145,15 @@ def test_calibrate_command_fits_on_the_shipped_test_split(tmp_path, repo_root):
     assert doc["fitted_on"]["n_answers"] == 40 and len(doc["thresholds"]) == 4
     assert doc["probe_sha256"] == json.loads((repo_root / "spanuq/probes/smollm2-135m/card.json").read_text()
                                              )["weights"]["sha256"]
+    # the docs' tables: written from this run between the markers, the prose around them kept
+    text = page.read_text()
+    assert "old numbers" not in text and text.startswith("# Guarantees\n\nprose kept\n") and "more prose" in text
+    tables = text.split(BEGIN)[1].split(END)[0]
+    assert "spanuq calibrate --model shipped --limit 40" in tables and "**40 answers," in tables
+    fact = next(row for row in got["rows"] if row["guarantee"] == "factuality" and row["alpha"] == 0.1)
+    line = next(x for x in tables.splitlines() if x.startswith("| factuality | 0.10 |") and "[" in x)
+    assert f"{fact['splits']['rate_mean']:.3f} [{fact['splits']['rate_q05']:.3f}" in line
+    assert f"≤ {fact['bound']:.3f}" in tables
 
 
 def test_a_conformal_threshold_flags_spans_and_drop_keeps_only_what_it_covers(scorer, tmp_path):

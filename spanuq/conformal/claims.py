@@ -55,14 +55,25 @@ def shipped_examples(uq, limit: int | None = None) -> list[ResponseExample]:
 
 
 def folder_examples(cfg, split: str, limit: int | None = None) -> list[ResponseExample]:
-    """The labelled answers of ``split`` in the pipeline data folder of ``cfg`` (``paths.data``)."""
+    """The labelled answers of ``split`` in the pipeline data folder of ``cfg`` (``paths.data``),
+    whose stored states must be those the probe reads (``cfg.backbone``: the probe's backbone and layers)."""
     from ..features.dataset import load_examples
+    from ..features.store import FEATURE_SCHEMA_VERSION
+    from ..pipeline.files import read_json
     from ..pipeline.paths import StagePaths
 
     paths = StagePaths.from_config(cfg)
     if not paths.labels.exists() or not paths.features.exists():
         raise FileNotFoundError(f"{paths.root}: no labels and "
                                 "states; run `spanuq prompts/generate/label/extract` with this paths.data first")
+    meta = read_json(paths.features / "index.json")["meta"]
+    want = {"backbone": cfg.backbone.name, "layers": list(cfg.backbone.layers),
+            "schema_version": FEATURE_SCHEMA_VERSION}
+    have = {k: meta.get(k) for k in want}
+    if have != want:
+        raise ValueError(f"{paths.features} holds states of {have}, the probe reads {want}: re-extract them with "
+                         f"`spanuq extract -o paths.data={cfg.paths.data} -o backbone.layers="
+                         f"[{','.join(map(str, want['layers']))}]` (and the preset the folder was made with)")
     out = load_examples(paths.features, paths.labels, (split,))[:limit]
     if not out:
         raise ValueError(f"no labelled {split} answers in {paths.labels}")

@@ -5,6 +5,7 @@
     spanuq calibrate --model data/smollm2-135m/probe --data data --split test
     spanuq calibrate --alpha 0.1 --check 200                   # held-out rates over 200 random 50/50 splits
     spanuq calibrate --alpha 0.1 --check-data data-unseen      # fitted here, measured on another labelled folder
+    spanuq calibrate ... --doc docs/guarantees.md              # and write the tables into the docs
 
 Writes ``conformal.json`` beside the probe's weights (`spanuq.score.guarantee`); `spanuq score / serve /
 refine --conformal-alpha A` use it.  The guarantees are stated in docs/guarantees.md.
@@ -37,6 +38,9 @@ def add_calibrate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check-data", default=None, metavar="DIR",
                    help="also measure the thresholds on the labelled --check-split of another data folder")
     p.add_argument("--check-split", default="test")
+    p.add_argument("--doc", default=None, metavar="FILE",
+                   help="also write the tables (fitted, held out, on --check-data) into FILE between its markers "
+                        "(docs/guarantees.md)")
     p.add_argument("--limit", type=int, default=None, help="use the first N labelled answers only (a quick look)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
@@ -67,8 +71,8 @@ def run_calibrate(args, cfg) -> int:
             other = (claims_of(uq, other_ex), other_source)
     finally:
         uq.close()
-    n_claims = sum(len(a.scores) for a in answers)
-    n_wrong = int(sum(a.wrong.sum() for a in answers))
+    counts = _counts(answers, source)
+    n_claims, n_wrong = counts["n_claims"], counts["n_wrong"]
     fitted, rows = [], []
     for g in args.guarantee:
         for alpha in args.alpha:
@@ -85,6 +89,13 @@ def run_calibrate(args, cfg) -> int:
     ec = uq.cfg.evaluate
     path = store.write(uq.checkpoint, fitted, {"source": source, "n_answers": len(answers), "n_claims": n_claims,
                                                "n_wrong": n_wrong}, ec.positive_threshold, ec.iou_threshold, args.out)
+    if args.doc:
+        from ..pipeline.files import sha256_file
+        from .doc import block, write_block
+
+        write_block(args.doc, block(rows, counts, None if other is None else _counts(*other),
+                                    sha256_file(uq.checkpoint / "model.safetensors")))
+        print(f"calibrate: wrote the tables into {args.doc}", file=sys.stderr)
     if args.json:
         print(json.dumps({"file": str(path), "source": source, "n_answers": len(answers), "n_claims": n_claims,
                           "n_wrong": n_wrong, "rows": rows}, indent=2))
@@ -92,6 +103,13 @@ def run_calibrate(args, cfg) -> int:
         print(table(rows, source, len(answers), n_claims, n_wrong))
         print(f"calibrate: wrote {path}", file=sys.stderr)
     return 0
+
+
+def _counts(answers, source: str) -> dict:
+    """How many answers, labelled claims and wrong claims, and answers with a wrong claim."""
+    return {"source": source, "n_answers": len(answers), "n_claims": sum(len(a.scores) for a in answers),
+            "n_wrong": int(sum(a.wrong.sum() for a in answers)),
+            "n_answers_wrong": sum(bool(a.wrong.any()) for a in answers)}
 
 
 def _pct(x: float | None) -> str:
