@@ -1,6 +1,6 @@
 """`spanuq monitor` on ≥ 500 answers: how long the report takes on this machine.
 
-    python benchmarks/bench_monitor.py [--rows 526] [--threads 2]
+    python benchmarks/bench_monitor.py [--rows 526] [--keep DIR]
 
 Builds the sample answers file (`spanuq.monitor.sample`: the shipped probe's 266 generated test
 answers and templated answers to bundled prompts), runs the command with the shipped probe into a
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,13 +36,18 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=526, help="rows (266 generated + the rest templated)")
+    ap.add_argument("--keep", default=None, metavar="DIR", help="write the answers and the report here (kept)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "answers.jsonl"
+        where = Path(args.keep or tmp)
+        where.mkdir(parents=True, exist_ok=True)
+        src = where / "answers.jsonl"
         n = write_answers(src, n_templated=max(0, args.rows - 266))
+        if (where / "report").exists():
+            shutil.rmtree(where / "report")  # a fresh folder: nothing from an earlier run's cache
         load0 = os.getloadavg()[0]
-        cold, cold_cpu = run(src, Path(tmp) / "report")
-        warm, warm_cpu = run(src, Path(tmp) / "report")
+        cold, cold_cpu = run(src, where / "report")
+        warm, warm_cpu = run(src, where / "report")
         load1 = os.getloadavg()[0]
     print(f"\nspanuq monitor, {n} answers, shipped probe, {os.cpu_count()} cores, load average {load0:.2f} -> {load1:.2f}")
     print("| run | wall | CPU time | answers/s (wall) |")
