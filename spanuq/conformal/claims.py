@@ -44,14 +44,15 @@ def claims_of(uq, examples: list[ResponseExample]) -> list[AnswerClaims]:
     return out
 
 
-def shipped_examples(uq, limit: int | None = None) -> list[ResponseExample]:
+def shipped_examples(uq, limit: int | None = None, progress: bool = False) -> list[ResponseExample]:
     """The labelled test answers stored with ``uq``'s probe (the first ``limit``), their states re-extracted."""
     from ..score.shipped import TEST_SPLIT, test_examples
 
     if not (uq.checkpoint / TEST_SPLIT).exists():
         raise FileNotFoundError(f"{uq.checkpoint} has no {TEST_SPLIT} (only a shipped probe stores its test split); "
                                 "calibrate on a pipeline data folder: --data <paths.data>")
-    return test_examples(uq.checkpoint, uq.model, uq.tok, uq.layers, uq.cfg.extract.dtype, limit=limit)
+    return test_examples(uq.checkpoint, uq.model, uq.tok, uq.layers, uq.cfg.extract.dtype, limit=limit,
+                         progress=progress)
 
 
 def folder_examples(cfg, split: str, limit: int | None = None) -> list[ResponseExample]:

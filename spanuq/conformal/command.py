@@ -46,11 +46,11 @@ def add_calibrate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
 
 
-def _examples(uq, cfg, data: str, split: str, limit: int | None = None):
+def _examples(uq, cfg, data: str, split: str, limit: int | None = None, progress: bool = False):
     from .claims import folder_examples, shipped_examples
 
     if data == "shipped":
-        return shipped_examples(uq, limit), f"test split stored with the probe ({uq.checkpoint.name}/test_split.jsonl)"
+        return shipped_examples(uq, limit, progress), f"test split stored with the probe ({uq.checkpoint.name}/test_split.jsonl)"
     folder_cfg = cfg.model_copy(update={"paths": cfg.paths.model_copy(update={"data": data}),
                                         "backbone": uq.cfg.backbone})
     return folder_examples(folder_cfg, split, limit), f"{data} ({split} split)"
@@ -63,7 +63,7 @@ def run_calibrate(args, cfg) -> int:
 
     uq = load_uq(argparse.Namespace(model=args.model, generator=None, threshold=None, override=args.override), cfg)
     try:
-        examples, source = _examples(uq, cfg, args.data, args.split, args.limit)
+        examples, source = _examples(uq, cfg, args.data, args.split, args.limit, not args.no_progress)
         answers = claims_of(uq, examples)
         other = None
         if args.check_data:

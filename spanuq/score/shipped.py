@@ -64,19 +64,22 @@ def test_split(path: Path) -> list[dict]:
 
 
 def test_examples(path: Path, model, tokenizer, layers: list[int], dtype: str, batch_size: int = 8,
-                  limit: int | None = None) -> list:
+                  limit: int | None = None, progress: bool = False) -> list:
     """The stored test answers (the first ``limit`` of them) as `ResponseExample`s, their states
     re-extracted with ``model`` on the stored chat prompts and token ids (what the extract stage did
     in the shipped run), so the evaluate path can re-score the card's test split."""
     import torch
+    from tqdm.auto import tqdm
 
     from ..features.dataset import ResponseExample
     from ..llm.states import extract_batch
 
     rows = test_split(path)[:limit]
     out = []
+    bar = tqdm(total=len(rows), desc="re-extract test answers", unit="answer", disable=not progress)
     for s in range(0, len(rows), batch_size):
         batch = rows[s: s + batch_size]
+        bar.update(len(batch))
         items = extract_batch(model, tokenizer, [r["chat_prompt"] for r in batch], [r["token_ids"] for r in batch],
                               layers, getattr(torch, dtype))
         for r, it in zip(batch, items):
@@ -85,6 +88,7 @@ def test_examples(path: Path, model, tokenizer, layers: list[int], dtype: str, b
             out.append(ResponseExample(r["prompt_id"], r["domain"], "test", it.h.float(), it.entropy.float(),
                                        list(r["token_ids"]), spans, u, r["u_seq"], r["response"],
                                        {"unplaced": r.get("unplaced", 0)}, it.surprisal))
+    bar.close()
     return out
 
 
