@@ -133,7 +133,18 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
     if gen not in ("hf", "llamacpp"):
         raise ValueError(f"generator={gen!r}: hf or llamacpp")
     t0 = time.perf_counter()
-    cap = StateCapture(uq.model, uq.tok(chat, add_special_tokens=False)["input_ids"], uq.layers, uq.out_dtype)
+    cap = None
+
+    def capture() -> StateCapture:
+        """The backbone's pass over the prompt, made when first needed: a server's text does not need it,
+        so its first tokens are streamed while the prompt is read, not after."""
+        nonlocal cap
+        if cap is None:
+            cap = StateCapture(uq.model, uq.tok(chat, add_special_tokens=False)["input_ids"], uq.layers, uq.out_dtype)
+        return cap
+
+    if gen == "hf":
+        capture()  # hf decodes on the capture itself
     if text is not None:
         source = text(cap)
     else:
@@ -165,7 +176,7 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
                 continue
             t1 = time.perf_counter()
             if gen != "hf":
-                cap.sync(ids[:-1])  # the new tokens in one pass; the last one may still grow into a longer one
+                capture().sync(ids[:-1])  # the new tokens in one pass; the last one may still grow into a longer one
             prefix, n = _scorable(uq, cap, answer)
             if n:
                 scored_n = n_gen
@@ -182,7 +193,7 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
         yield update(result, True, t1)
         return
     ids, _ = token_offsets(uq.tok, answer)
-    read_s = cap.seconds
+    read_s = capture().seconds
     cap.sync(ids)  # only tokens that differ from those read are read again (usually none, or the held-back last)
     # the backbone's time beyond generation: the server path's whole capture, the hf path's re-read tokens
     backbone_s = cap.seconds if gen == "llamacpp" else cap.seconds - read_s
