@@ -73,3 +73,17 @@ def _slug(heading: str) -> str:
     s = heading.strip().lower()
     s = re.sub(r"[^\w\- ]", "", s)
     return s.replace(" ", "-")
+
+
+CODE = ["spanuq", "benchmarks", "experiments", "scripts", "tests", "flows", "docs"]
+
+
+def test_code_comments_and_params_carry_no_dates_or_issue_numbers():
+    """Comments say what and why; dates, issue numbers and what was measured when are in docs/results.md."""
+    files = [REPO / "params.yaml", REPO / "dvc.yaml", REPO / "prefect.yaml", REPO / "Makefile", REPO / "pyproject.toml"]
+    for top in CODE:
+        files += [p for ext in ("py", "yaml", "sh") for p in (REPO / top).rglob(f"*.{ext}") if "fixtures" not in p.parts]
+    stale = re.compile(r"20\d\d-\d\d-\d\d|\bissue[ -]#?\d+", re.I)
+    found = [f"{p.relative_to(REPO)}:{i}: {line.strip()}" for p in files if p.exists()
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if stale.search(line)]
+    assert not found, "\n".join(found)
