@@ -87,3 +87,39 @@ def test_code_comments_and_params_carry_no_dates_or_issue_numbers():
     found = [f"{p.relative_to(REPO)}:{i}: {line.strip()}" for p in files if p.exists()
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if stale.search(line)]
     assert not found, "\n".join(found)
+
+
+# ------------------------------------------------------------------- a newcomer's walk (scripts/readme_walk.py)
+import readme_walk  # noqa: E402
+
+
+def test_every_command_the_readme_shows_is_one_its_tool_accepts():
+    shown = [c.line for c in readme_walk.commands(README)]
+    assert {"pip install .", "make setup", "make repro", "make test", "make bench", "spanuq serve"} <= set(shown)
+    assert shown.index("pip install .") < shown.index("make repro") < shown.index("make bench")  # top to bottom
+    assert readme_walk.check(README) == []
+
+
+@pytest.mark.parametrize("bad, why", [
+    ("spanuq score \"Q?\" --answer @a.txt", "parser refuses"),
+    ("make bench-all", "no make target"),
+    ("dvc exp run -S label.methd=judge", "params.yaml refuses"),
+    ("pip install \".[gpus]\"", "no extra"),
+    ("python scripts/ship_probe.py --runs data", "has no ['--runs']"),
+])
+def test_the_walk_finds_a_command_its_tool_would_refuse(bad, why):
+    readme = README.replace("```bash\nmake repro ", f"```bash\n{bad}\nmake repro ", 1)
+    found = readme_walk.check(readme)
+    assert len(found) == 1 and bad.replace("\"", "") in found[0].replace("\"", "") and why in found[0], found
+
+
+def test_the_walk_finds_a_name_the_python_example_reads_that_the_result_lacks():
+    readme = README.replace("r.u_seq ", "r.u_sequence ", 1)
+    assert readme_walk.check(readme) == ["the Python example reads r.u_sequence"]
+
+
+@pytest.mark.slow
+def test_the_quick_start_runs_as_the_readme_shows_from_an_empty_folder(tmp_path):
+    """Each quick-start command as shown, in an empty folder holding answer.txt, then the Python example."""
+    (tmp_path / "empty").mkdir()
+    readme_walk.run_quick_start(README, Path(sys.executable).parent, tmp_path / "empty")
