@@ -168,7 +168,7 @@ def run_quick_start(readme: str, bin_dir: Path, folder: Path) -> None:
     sys.path.insert(0, str(REPO / "tests"))
     import httpx
     import jsonschema
-    from readme_examples import EXAMPLES, readme_block
+    from readme_examples import EXAMPLES, readme_block, same_output
     from servers import free_port, process, wait_http
 
     prompt = (EXAMPLES / "prompt.txt").read_text(encoding="utf-8").strip()
@@ -201,7 +201,7 @@ def run_quick_start(readme: str, bin_dir: Path, folder: Path) -> None:
             print(f"ok  {c.line}: a record of docs/score.schema.json")
         elif "--response" in argv:
             shown = readme_block(readme).split("\n", 1)[1]
-            assert _skeleton(r.stdout) == _skeleton(shown), f"the README shows\n{shown}\nthe command prints\n{r.stdout}"
+            assert same_output(r.stdout, shown), f"the README shows\n{shown}\nthe command prints\n{r.stdout}"
             print(f"ok  {c.line}: the README's terminal block, its spans and scores")
         else:
             assert "probe: " in r.stdout and "û" in r.stdout, r.stdout  # the probe that scored is named
@@ -212,12 +212,6 @@ def run_quick_start(readme: str, bin_dir: Path, folder: Path) -> None:
                        timeout=900)
     assert r.returncode == 0, f"the Python example failed:\n{r.stderr[-3000:]}"
     print("ok  the Python example: spans whose offsets slice the answer, and u_seq")
-
-
-def _skeleton(text: str) -> tuple[str, list[float]]:
-    """Text with its numbers apart, compared as `tests/test_readme.py` compares the terminal example."""
-    numbers = [round(float(x), 1) for x in re.findall(r"\d+(?:\.\d+)?", text)]
-    return re.sub(r"\d+(?:\.\d+)?", "#", text.strip()), numbers
 
 
 def readme_default_run(readme: str) -> dict:
