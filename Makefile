@@ -22,7 +22,7 @@ test: setup  ## the default test suite (slow end-to-end runs excluded)
 test-all: setup  ## every test, including the slow end-to-end pipeline runs
 	python -m pytest -q -m "slow or not slow"
 
-bench: setup  ## the product benchmarks (generation, extraction, probe, score, serve, stream, long answers): one table
+bench: setup  ## the product benchmarks (generation, extraction, probe, score, serve, stream, long answers, OpenAI endpoint, monitor): one table
 	python benchmarks/run.py
 
 bench-gpu: setup  ## SpanUQ at the paper's shapes on a CUDA GPU

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from table import report  # benchmarks/table.py: make bench's one table
+
 
 def run(src: Path, out: Path) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -54,6 +56,7 @@ def main() -> int:
     print("|---|---|---|---|")
     print(f"| fresh folder | {cold:.1f} s | {cold_cpu:.1f} s | {n / cold:.2f} |")
     print(f"| rerun (all from the cache) | {warm:.1f} s | {warm_cpu:.1f} s | {n / warm:.2f} |")
+    report("monitor", f"{n} answers, fresh folder", n / cold, "answers/s", f"rerun from the cache {n / warm:.1f}/s")
     return 0
 
 

@@ -22,6 +22,8 @@ import statistics
 import threading
 import time
 
+from table import report  # benchmarks/table.py: make bench's one table
+
 PROMPTS = ["What is the capital of Australia?", "Who painted the Mona Lisa?", "Why is the sky blue?",
            "Tell me about Marie Curie.", "How does a vaccine work?", "Who wrote the novel Moby-Dick?",
            "What causes the seasons on Earth?", "When did World War II end?", "What is photosynthesis?",
@@ -135,6 +137,8 @@ def main() -> int:
     for name, r in rows.items():
         print(f"| {name} | {fmt(r['ttft'])} | {fmt(r['first_span'])} | {fmt(r['final'])} | {fmt(r['tok_s'], '')} "
               f"| {fmt(r['once'])} |")
+        report("openai", f"{name}, streamed", r["tok_s"], "tok/s",
+               f"first token {fmt(r['ttft'])}, final scores {fmt(r['final'])}")
     return 0
 
 

@@ -6,7 +6,7 @@
 Measures, on CPU with batch 1 under ``torch.inference_mode`` after warm-up:
   * the paper-size probe (ProbeConfig defaults, d = 5120 as for Qwen3-14B);
   * the CPU default probe (``params.yaml`` probe section, d = the default backbone's d_model),
-    and the same probe with the issue-9 switches off (the paper's set decoder: learned
+    and the same probe with its set-decoder options off (the paper's set decoder: learned
     queries, no reference spans, no denoising), before / after;
   * one training step (forward + loss + backward + AdamW) of those CPU probes on a batch of
     ``--train-batch`` answers of ``--train-tokens`` tokens, and the epoch time it implies for
@@ -29,7 +29,7 @@ from spanuq.model.losses import SetCriterion
 from spanuq.model.probe import SpanUQProbe
 from table import report  # benchmarks/table.py: make bench's one table
 
-# the paper's set decoder: every issue-9 switch off (ProbeConfig keeps the rest)
+# the paper's set decoder: reference spans, denoising and query selection off (ProbeConfig keeps the rest)
 PAPER_DECODER = {"seq_weighting": "paper", "query_selection": "learned", "refine": False, "dn_groups": 0}
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ Labels the first ``--prompts`` prompts of a run's data folder (prompts.jsonl +
 then up to ``--sample-answers`` of its samples read as answers (`label.sample_answers`), in
 the order the label stage reads them, and prints seconds and answers per second.  The
 labels' digest is printed too: ``--no-reuse`` (embeddings and sentence splits recomputed for
-every answer, as before 2026-11-26) must print the same digest, slower.
+every answer, as the teacher did before it reused them) must print the same digest, slower.
 
     python experiments/label_speed.py data --prompts 40 --sample-answers 2
     python experiments/label_speed.py data --prompts 40 --sample-answers 2 --no-reuse

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -65,6 +66,15 @@ def terminal_text() -> str:
             raise SystemExit(f"spanuq score failed:\n{out.stderr[-3000:]}")
     shown = " ".join(shlex.quote(a) if " " in a else a for a in command())
     return f"$ {shown}\n{out.stdout.rstrip()}\n"
+
+
+def same_output(printed: str, shown: str) -> bool:
+    """``printed`` is ``shown`` up to float noise of another CPU: the same text and spans, every
+    number within 0.011 (or 2%) of the one shown."""
+    number = re.compile(r"\d+(?:\.\d+)?")
+    a, b = [float(x) for x in number.findall(printed)], [float(x) for x in number.findall(shown)]
+    return number.sub("#", printed.strip()) == number.sub("#", shown.strip()) and len(a) == len(b) and all(
+        abs(x - y) <= max(0.011, 0.02 * abs(y)) for x, y in zip(a, b))
 
 
 def picture(path: Path) -> None:

@@ -2,7 +2,7 @@
 # Re-train and re-ship the probe packaged in spanuq/probes/<backbone>/ — run it when the teacher
 # (generation, labelling) changes. The cpu-full preset end to end into its own data folder (every
 # stage resumes where it stopped), the Mu-SHROOM yardstick (validation chooses the settings, the
-# test split is read once for the new weights), then scripts/ship_probe.py writes the package
+# test split is read once for the new weights), the planted-error pairs, then scripts/ship_probe.py writes the package
 # files and the model card. Commit spanuq/probes/ afterwards.
 #
 #   scripts/retrain_shipped_probe.sh <mu-shroom checkout or its English files>
@@ -19,4 +19,6 @@ done
 probe="$data/$backbone/probe"
 spanuq bench mushroom "${opts[@]}" --split val --probe "$probe" --data "$mushroom"
 spanuq bench mushroom "${opts[@]}" --split test --probe "$probe"
-python scripts/ship_probe.py --run "$data" "${opts[@]}" --bench "$data/$backbone/bench/mushroom-test.json"
+spanuq bench planted "${opts[@]}" --probe "$probe" --refine
+python scripts/ship_probe.py --run "$data" "${opts[@]}" --bench "$data/$backbone/bench/mushroom-test.json" \
+  --planted "$data/$backbone/bench/planted.json"

@@ -108,7 +108,7 @@ def headline(row: dict) -> dict:
             "negatives": None if span.get("n") is None else int(span["n"]) - int(span.get("n_pos") or 0)}
 
 
-def build_card(cfg, paths, probe_dir: Path, bench: dict | None, n_test: int) -> dict:
+def build_card(cfg, paths, probe_dir: Path, bench: dict | None, n_test: int, planted: dict | None = None) -> dict:
     from spanuq.bench.run import commit
     from spanuq.pipeline.files import read_json, sha256_file
 
@@ -151,6 +151,9 @@ def build_card(cfg, paths, probe_dir: Path, bench: dict | None, n_test: int) -> 
             "nli": baselines.get("nli"),
             "headline": {k: headline(v) for k, v in baselines.get("methods", {}).items() if "span" in v},
             "methods": baselines.get("methods", {}), "detectors": baselines.get("detectors", {})},
+        "planted": None if planted is None else {
+            "probe_sha256": planted["probe"]["sha256"], "sources": planted["sources"], "facts": planted["facts"],
+            "summary": planted["summary"], "refine": planted.get("refine")},
         "mushroom": None if bench is None else {
             "split": bench["split"], "n_items": bench["n_items"], "n_skipped": bench["n_skipped"],
             "test_read": bench.get("test_read"), "date": bench.get("date"), "probe_sha256": bench["probe"]["sha256"],
@@ -158,6 +161,13 @@ def build_card(cfg, paths, probe_dir: Path, bench: dict | None, n_test: int) -> 
                       "settings": r["settings"]} for r in bench["rows"]],
             "anchors": bench.get("anchors"), "record": bench},
     }
+
+
+def source_line(name: str, c: dict) -> str:
+    """One source's mapping and flag threshold, as the card states it."""
+    return (f"{name}: û = σ(logit(raw)/{c.get('temperature', 1.0):.3f} + {c.get('bias', 0.0):.3f}), shown as likely "
+            f"wrong from {c.get('flag', 0.5):.3f}, refine margin {c.get('margin', 0.0):.3f}"
+            + (f", subject unknown above entropy {c['unknown_entropy']:.3f}" if c.get("unknown_entropy") else ""))
 
 
 def render(card: dict) -> str:
@@ -185,22 +195,30 @@ def render(card: dict) -> str:
         f"(top-p {g['top_p']}, {g['sample_max_new_tokens']} new tokens), alignment {lab['alignment']}"
         + (f", the backbone's probability of each claim counted as {lab['likelihood_votes']:g} more votes"
            if lab.get("likelihood_votes") else "") + ".",
-        f"- Calibration (fitted on dev): temperature {c['temperature']:.3f}, validity threshold "
-        f"{c['validity_threshold']:.3f}, duplicate IoU {c['dup_iou']}.",
+        f"- Calibration (fitted on dev): validity threshold {c['validity_threshold']:.3f}, duplicate IoU "
+        f"{c['dup_iou']}; {source_line('the backbone’s own answers', c)}"
+        + (f"; {source_line('given answers', c['given'])}" if c.get("given") else "; given answers: as its own")
+        + ".",
         f"- Test split: {m['n_responses']} answers, {m['n_spans']} labelled spans; every figure below is over every "
         "labelled test span of that run, the baselines on the same spans in the same run "
         "(`test_split.jsonl` holds the answers; tests/test_shipped_probe.py re-evaluates them).", "",
         table_markdown(span_table(rows)), table_markdown(sequence_table(rows)),
         table_markdown(detection_table(evaluation, baselines)),
     ]
+    if card.get("planted"):
+        from spanuq.bench.planted_run import markdown as planted_markdown
+
+        lines.append("Planted-error pairs (`spanuq bench planted`: the same answer with one fact right and with it "
+                     "swapped to a wrong value of the same kind; prompts no probe trains on):\n")
+        lines.append(planted_markdown({"probe": {"source": "this probe"}, **card["planted"]}).split("\n", 2)[2])
     if card["mushroom"]:
         rec = card["mushroom"]["record"]
         lines.append(table_markdown(mushroom_table(rec)))
         lines.append(f"Test split read on {rec.get('date', '?')} at commit `{rec.get('commit', '?')}` "
                      "(the code that made the spans: later post-processing changes are not in these figures; "
-                     "docs/bench.md says what each changed on validation).\n")
+                     "docs/results.md says what each changed on validation).\n")
     else:
-        lines.append("Mu-SHROOM: not measured for this probe (`spanuq bench mushroom`, docs/bench.md).\n")
+        lines.append("Mu-SHROOM: not measured for this probe (`spanuq bench mushroom`, docs/mushroom.md).\n")
     lines.append("Re-ship after re-training (e.g. when the teacher changes): "
                  "`python scripts/ship_probe.py --run <data dir> [--bench <mushroom-test.json>]`.\n")
     return "\n".join(lines)
@@ -215,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True, help="the data dir of a finished pipeline run (its paths.data)")
     ap.add_argument("--bench", default=None, help="`spanuq bench mushroom --split test` result JSON of this probe")
+    ap.add_argument("--planted", default=None, help="`spanuq bench planted` result JSON of this probe")
     ap.add_argument("-p", "--params", default="params.yaml")
     ap.add_argument("--preset", default=None)
     ap.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
@@ -241,8 +260,15 @@ def main(argv: list[str] | None = None) -> int:
                              "split (`spanuq bench mushroom --split test`, settings chosen on val)")
         if bench["probe"]["sha256"] != sha256_file(probe / "model.safetensors"):
             raise SystemExit(f"ship_probe: {args.bench} scored another probe (sha256 {bench['probe']['sha256'][:12]})")
+    planted = None
+    if args.planted:
+        from spanuq.pipeline.files import sha256_file
+
+        planted = read_json(args.planted)
+        if planted["probe"]["sha256"] != sha256_file(probe / "model.safetensors"):
+            raise SystemExit(f"ship_probe: {args.planted} scored another probe")
     rows = test_rows(paths)
-    card = build_card(cfg, paths, probe, bench, len(rows))
+    card = build_card(cfg, paths, probe, bench, len(rows), planted)
     out = Path(args.out) / backbone
     tmp = out.with_name(out.name + ".new")
     shutil.rmtree(tmp, ignore_errors=True)

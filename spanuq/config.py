@@ -313,6 +313,9 @@ class TrainConfig(_Section):
     seed: int = 0
     num_threads: int | None = None
     device: str = "auto"
+    # which of the label stage's given answers (`label.given_swaps`, `label.given_templates`) the probe
+    # trains on: ``swap`` (own answers with the slot swapped), ``template`` (templated short answers)
+    given_kinds: list[Literal["swap", "template"]] = Field(default_factory=lambda: ["swap", "template"])
 
 
 class EvaluateConfig(_Section):

@@ -743,3 +743,11 @@ def test_given_answers_swap_the_answer_slot_and_template_it_for_train_and_dev_pr
     assert answers["au@given-swap"].answer_given and answers["au@given-swap"].greedy.text == au.response
     assert answers["au@given-swap"].greedy.token_ids == au.token_ids
     assert answers["au@given-swap"].chat_prompt == answers["au"].chat_prompt
+
+
+def test_a_given_answer_id_says_how_the_answer_was_made():
+    from spanuq.label.answer_ids import answer_id, given_kind
+
+    assert given_kind(answer_id("p7", "swap")) == "swap"
+    assert given_kind(answer_id("p7", "t0r")) == given_kind(answer_id("p7", "t1w")) == "template"
+    assert given_kind("p7") is None and given_kind("p7@sample2") is None

@@ -1,4 +1,4 @@
-"""Reference spans for the set decoder (issue 9): denoising queries, two-stage query selection,
+"""Reference spans for the set decoder: denoising queries, two-stage query selection,
 layer refinement, validity-weighted sequence aggregation and shared UCIR matching."""
 import pytest
 import torch

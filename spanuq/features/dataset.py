@@ -137,10 +137,14 @@ def load_examples(features_dir, labels_path, splits: tuple[str, ...] | None = No
     return out
 
 
-def training_examples(features_dir, labels_path) -> tuple[list[ResponseExample], int]:
-    """The train split as every trainer uses it (train stage, sweep trials, ablation rows; given
-    answers included), and how many answers were left out: those with claims that could not be placed on tokens, whose
-    missing spans would teach "no claim here"."""
+def training_examples(features_dir, labels_path, given_kinds=("swap", "template")) -> tuple[list[ResponseExample], int]:
+    """The train split as every trainer uses it (train stage, sweep trials, ablation rows; the given
+    answers of ``given_kinds`` included, `train.given_kinds`), and how many answers were left out:
+    those with claims that could not be placed on tokens, whose missing spans would teach "no claim
+    here"."""
+    from ..label.answer_ids import given_kind
+
     every = load_examples(features_dir, labels_path, ("train",), given=None)
-    kept = [e for e in every if not e.meta.get("unplaced")]
+    kept = [e for e in every if not e.meta.get("unplaced")
+            and given_kind(e.prompt_id) in (None, *given_kinds)]
     return kept, len(every) - len(kept)

@@ -19,6 +19,18 @@ def is_given(answer: str) -> bool:
     return MARK in answer
 
 
+GIVEN_KINDS = ("swap", "template")
+
+
+def given_kind(answer: str) -> str | None:
+    """``swap`` (the backbone's own answer, its slot swapped) or ``template`` (a templated short
+    answer, ``t<k>r`` / ``t<k>w``) for a given answer's id; None for any other answer."""
+    head, sep, tag = answer.rpartition(MARK)
+    if not sep:
+        return None
+    return "swap" if tag == "swap" else "template"
+
+
 def parent_id(answer: str) -> str:
     head, sep, _ = answer.rpartition(MARK)
     return head if sep else answer

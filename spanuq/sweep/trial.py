@@ -112,7 +112,7 @@ def run_trial(spec: SweepSpec, storage_url: str, trial_id: int, out_dir: Path,
         try:
             tracking.log_config(cfg)
             feats, paths = features_dir(cfg), StagePaths.from_config(cfg)
-            train, _ = training_examples(feats, paths.labels)
+            train, _ = training_examples(feats, paths.labels, cfg.train.given_kinds)
             dev = load_examples(feats, paths.labels, ("dev",))
             test = load_examples(feats, paths.labels, ("test",))
             if not train or not dev:

@@ -94,7 +94,7 @@ def run_ablation(cfg: Config, progress: bool = True, out_dir: str | Path | None 
         raise ValueError("no ablation rows: set `ablate.rows` in params.yaml" +
                          (f" (none named {only})" if only else ""))
     paths = StagePaths.from_config(cfg)
-    train, _ = training_examples(paths.features, paths.labels)
+    train, _ = training_examples(paths.features, paths.labels, cfg.train.given_kinds)
     dev = load_examples(paths.features, paths.labels, ("dev",))
     test = load_examples(paths.features, paths.labels, ("test",))
     if not train or not test:

@@ -129,7 +129,7 @@ def run_cv(cfg: Config, folds: int = 5, names: list[str] | None = None, out_dir:
         raise ValueError(f"--cv {folds}: cross-validation needs at least 2 folds")
     rows = cv_rows(cfg, names)
     paths = StagePaths.from_config(cfg)
-    train, _ = training_examples(paths.features, paths.labels)
+    train, _ = training_examples(paths.features, paths.labels, cfg.train.given_kinds)
     dev = load_examples(paths.features, paths.labels, ("dev",))
     if not train:
         raise ValueError(f"no training examples in {paths.labels}; run the pipeline up to `extract`")

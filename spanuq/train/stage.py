@@ -319,7 +319,7 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
     paths = StagePaths.from_config(cfg)
     # answers whose claims could not all be placed on tokens are left out of training:
     # their missing spans would teach "no claim here"
-    train, dropped = training_examples(paths.features, paths.labels)
+    train, dropped = training_examples(paths.features, paths.labels, cfg.train.given_kinds)
     dev = load_examples(paths.features, paths.labels, ("dev",))
     dev_given = load_examples(paths.features, paths.labels, ("dev",), given=True)
     tokenizer = load_tokenizer(cfg)
