@@ -91,7 +91,7 @@ def run_monitor(uq, path: str | Path, out_dir: str | Path | None = None, *, by: 
     thr = uq.cfg.score.refine_threshold if threshold is None else float(threshold)
     report = build(done, errors, thr, by, top,
                    threshold_source or ("given" if threshold is not None else "score.refine_threshold" if thr is not None
-                                        else "calibration: flag threshold per answer source"),
+                                        else "the probe's calibration"),
                    meta={"file": str(path), "probe": uq.probe_source, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                          "cache_hits": hits, "scored_now": len(todo) - len(failed),
                          "seconds": round(time.perf_counter() - t0, 2)})
