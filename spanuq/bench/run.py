@@ -47,11 +47,22 @@ def commit() -> str | None:
 
 
 def score_items(uq, items: list[MushroomItem], progress: bool) -> tuple[list, list[dict]]:
-    """The probe's `ScoreResult` per answer (None where it could not read it) and the skips."""
+    """The probe's `ScoreResult` per answer (None where it could not read it: an error, or an
+    unverified answer with no span, e.g. an empty one) and the skips.  An unverified answer that
+    has spans is scored: the status is the display's decision, the spans are still the probe's."""
     out = uq.score_many([{"prompt": x.model_input, "response": x.model_output_text} for x in items],
                         progress=progress, return_errors=True)
-    skipped = [{"id": x.id, "reason": str(r)} for x, r in zip(items, out) if isinstance(r, Exception)]
-    return [None if isinstance(r, Exception) else r for r in out], skipped
+
+    def unread(r) -> str | None:
+        if isinstance(r, Exception):
+            return str(r)
+        if r.status == "unverified" and not r.spans:
+            return "unverified: " + "; ".join(x.message for x in r.status_reasons)
+        return None
+
+    reasons = [unread(r) for r in out]
+    skipped = [{"id": x.id, "reason": why} for x, why in zip(items, reasons) if why is not None]
+    return [None if why is not None else r for r, why in zip(out, reasons)], skipped
 
 
 def build_methods(uq, items: list[MushroomItem], results: list, cfg: Config, seed: int,
