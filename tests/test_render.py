@@ -90,7 +90,7 @@ def test_a_result_with_overlapping_spans_lists_both_and_draws_both(tmp_path):
     assert (tmp_path / "o.png").stat().st_size > 0
 
 
-def _result(answer_source="given", flag=0.7, status="scored", reasons=()):
+def _result(answer_source="given", flag=0.7, status="scored", reasons=(), calibration_source=None):
     from spanuq.score.schema import ScoredSpan, ScoreResult, Timings
     from spanuq.score.status import StatusReason
 
@@ -98,7 +98,7 @@ def _result(answer_source="given", flag=0.7, status="scored", reasons=()):
              for a, b, u in [(12, 23, 0.3), (40, 44, 0.85), (27, 36, 0.6)]]
     return ScoreResult(prompt="Who?", answer=NOBEL, answer_source=answer_source, backbone="smollm2-135m",
                        generator=None, n_tokens=12, truncated=False, u_seq=0.5, validity_threshold=0.5, spans=spans,
-                       flag_threshold=flag, status=status,
+                       flag_threshold=flag, status=status, calibration_source=calibration_source or answer_source,
                        status_reasons=[StatusReason(code=c, message=m) for c, m in reasons],
                        timings=Timings(generate_s=None, backbone_s=0.1, probe_s=0.01, total_s=0.2))
 
@@ -124,6 +124,9 @@ def test_the_legend_says_what_u_means_for_an_own_answer_and_for_a_given_one():
     own, given = legend(_result("generated")), legend(_result("given", flag=0.62))
     assert "would not say this again" in own and "its own answer" in own
     assert "chance this fact is wrong" in given and "did not write" in given and "û ≥ 0.62" in given
+    # a probe with no given-answer calibration says so instead of claiming what û means
+    bare = legend(_result("given", calibration_source="generated"))
+    assert "no calibration for answers it did not write" in bare and "chance this fact is wrong" not in bare
 
 
 def test_an_answer_spanuq_could_not_judge_is_grey_with_nothing_likely_wrong():

@@ -85,6 +85,9 @@ class ScoreResult(_Strict):
     validity_threshold: float
     flag_threshold: float = Field(default=0.5, ge=0, le=1, description="a span with û at or above this is shown as "
                                   "likely wrong: chosen on held-out answers of this answer's source for precision")
+    calibration_source: Literal["generated", "given"] = Field(
+        default="generated", description="which calibration mapped û: `given` (fitted on answers the backbone did not "
+        "write) or `generated` (its own answers'; also for a given answer when the probe has no given-answer calibration)")
     spans: list[ScoredSpan]
     status: Literal["scored", "unverified"] = Field(
         default="scored", description="scored: SpanUQ judged the answer; unverified: it could not (status_reasons), so "

@@ -456,6 +456,7 @@ class SpanUQ:
                            n_tokens=len(item.ids), truncated=item.truncated, u_seq=u_seq,
                            validity_threshold=self.threshold, spans=spans,
                            flag_threshold=self.calibration.for_source(item.source).flag, status=status_of(reasons),
+                           calibration_source="given" if item.source == "given" and self.calibration.given else "generated",
                            status_reasons=reasons, warnings=[r.message for r in reasons], conformal=conformal,
                            windows=n_windows,
                            timings=Timings(generate_s=None if item.generate_s is None else round(item.generate_s, 4),

@@ -179,12 +179,17 @@ MEANING = {  # what û means, per answer source, in one line
     "generated": "û = chance the backbone would not say this again (its own answer)",
     "given": "û = chance this fact is wrong (an answer the backbone did not write; calibrated on planted errors)",
 }
+UNCALIBRATED_GIVEN = ("û = chance the backbone would not say this again, read as if it had written this answer "
+                      "(this probe has no calibration for answers it did not write: high û is common, rank, do not read)")
 HOW_TO_CHOOSE = "choose with --model shipped | DIR | models:/spanuq-<backbone>@champion"
 
 
 def legend(result) -> str:
     """One line: what û means for this answer's source, and from where a span is shown as likely wrong."""
     meaning = MEANING.get(result.answer_source, LEGEND)
+    if result.answer_source == "given" and getattr(result, "calibration_source", "given") == "generated":
+        return (f"{UNCALIBRATED_GIVEN}; red from û ≥ {result.flag_threshold:.2f}, the own answers' threshold"
+                if result.status == "scored" else f"{UNCALIBRATED_GIVEN}; grey: SpanUQ could not judge this answer")
     if result.status != "scored":
         return f"{meaning}; grey: SpanUQ could not judge this answer (why: below), so no span is marked likely wrong"
     return (f"{meaning}; red = likely wrong, from û ≥ {result.flag_threshold:.2f} "
