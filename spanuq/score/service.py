@@ -38,7 +38,7 @@ from .schema import BatchRequest, BatchResponse, ItemError, ScoreRequest, ScoreR
 from .errors import GenerationError, HTTPError, InputError
 from .scorer import SpanUQ
 from .views import HOW_TO_CHOOSE
-from .worker import QueueFull, ScoringWorker, StreamJob
+from .worker import QueueFull, ScoringWorker, StreamJob, loop_emitter
 
 __all__ = ["create_app", "serve", "ScoringWorker", "StreamJob"]
 log = logging.getLogger(__name__)
@@ -205,12 +205,7 @@ def _stream_route(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreCo
         except InputError as e:
             raise HTTPError(e.status, str(e)) from None
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
-
-        def emit(item) -> None:  # from the worker thread
-            try:
-                loop.call_soon_threadsafe(events.put_nowait, item)
-            except RuntimeError:  # the event loop has closed (shutdown): nobody is listening
-                job.cancel.set()
+        emit = loop_emitter(loop, events, lambda: job.cancel.set())
 
         job = StreamJob(req.prompt, emit)
         worker.submit_stream(job)

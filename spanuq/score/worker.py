@@ -19,6 +19,19 @@ from .schema import ScoreRequest
 log = logging.getLogger(__name__)
 
 
+def loop_emitter(loop, events, on_closed):
+    """``emit(item)`` for the worker thread: puts ``item`` on ``events``, an asyncio queue of ``loop``;
+    once the loop has closed (shutdown: nobody is listening) it calls ``on_closed()`` instead."""
+
+    def emit(item) -> None:
+        try:
+            loop.call_soon_threadsafe(events.put_nowait, item)
+        except RuntimeError:
+            on_closed()
+
+    return emit
+
+
 class QueueFull(Exception):
     """The queue holds ``max_queue`` jobs: retry later (the service answers 503)."""
 

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from ..errors import GenerationError, HTTPError, InputError
 from ..schema import ScoreRequest, ScoreResult
 from ..status import AnsweredBy, StatusCheck, assess
-from ..worker import QueueFull, StreamJob
+from ..worker import QueueFull, StreamJob, loop_emitter
 from .conversation import Conversation, conversation, visible
 from .engines import Upstream, backbone_complete, backbone_text, greedy_only
 from .records import (ChatRequest, OpenAIError, ProbeInfo, chunk, completion, completion_id, extension, model_card,
@@ -305,12 +305,7 @@ def install(app: FastAPI, uq, worker, scfg, upstream: Upstream | None = None, pr
 
     def _stream(req: ChatRequest, body: dict, conv: Conversation) -> StreamingResponse:
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
-
-        def emit(item) -> None:  # from the worker thread
-            try:
-                loop.call_soon_threadsafe(events.put_nowait, item)
-            except RuntimeError:  # the event loop has closed (shutdown): nobody is listening
-                job.cancel.set()
+        emit = loop_emitter(loop, events, lambda: job.cancel.set())
 
         job = ChatStreamJob(req, body, conv, upstream, probe, served if upstream is None else req.model, emit)
         try:
