@@ -18,6 +18,11 @@ and writes, beside it:
 The run's config is read as the stages read it (``-p/--preset/-o``, as `spanuq <stage>`); it
 must be the config the run was made with (the script checks the data paths agree).  When the
 teacher changes, re-run the pipeline and this script: the folder is replaced as a whole.
+
+    python scripts/ship_probe.py --recalibrated DIR --bench … --planted …     # same weights, new calibration
+
+``--recalibrated``: the shipped weights after `spanuq recalibrate` refitted their given-answer
+calibration; only config.json and the card's calibration, planted and Mu-SHROOM entries change.
 """
 from __future__ import annotations
 
@@ -151,21 +156,92 @@ def build_card(cfg, paths, probe_dir: Path, bench: dict | None, n_test: int, pla
             "nli": baselines.get("nli"),
             "headline": {k: headline(v) for k, v in baselines.get("methods", {}).items() if "span" in v},
             "methods": baselines.get("methods", {}), "detectors": baselines.get("detectors", {})},
-        "planted": None if planted is None else {
-            "probe_sha256": planted["probe"]["sha256"], "sources": planted["sources"], "facts": planted["facts"],
-            "summary": planted["summary"], "refine": planted.get("refine")},
-        "mushroom": None if bench is None else {
-            "split": bench["split"], "n_items": bench["n_items"], "n_skipped": bench["n_skipped"],
-            "test_read": bench.get("test_read"), "date": bench.get("date"), "probe_sha256": bench["probe"]["sha256"],
-            "rows": [{"key": r["key"], "name": r["name"], "iou": r["iou"], "cor": r["cor"],
-                      "settings": r["settings"]} for r in bench["rows"]],
-            "anchors": bench.get("anchors"), "record": bench},
+        "planted": planted_entry(planted),
+        "mushroom": mushroom_entry(bench),
     }
+
+
+def planted_entry(planted: dict | None) -> dict | None:
+    """The card's planted-pair figures (`spanuq bench planted` record)."""
+    return None if planted is None else {
+        "probe_sha256": planted["probe"]["sha256"], "calibration_sha256": planted["probe"].get("calibration_sha256"),
+        "sources": planted["sources"], "facts": planted["facts"], "summary": planted["summary"],
+        "refine": planted.get("refine")}
+
+
+def mushroom_entry(bench: dict | None) -> dict | None:
+    """The card's Mu-SHROOM figures (`spanuq bench mushroom --split test` record)."""
+    return None if bench is None else {
+        "split": bench["split"], "n_items": bench["n_items"], "n_skipped": bench["n_skipped"],
+        "test_read": bench.get("test_read"), "date": bench.get("date"), "probe_sha256": bench["probe"]["sha256"],
+        "calibration_sha256": bench["probe"].get("calibration_sha256"),
+        "rows": [{"key": r["key"], "name": r["name"], "iou": r["iou"], "cor": r["cor"],
+                  "settings": r["settings"]} for r in bench["rows"]],
+        "anchors": bench.get("anchors"), "record": bench}
+
+
+def read_benches(args, probe: Path) -> tuple[dict | None, dict | None]:
+    """The Mu-SHROOM test record (``--bench``) and the planted-pair record (``--planted``), each
+    checked to have scored this probe: its weights and its calibration (a recalibrated probe
+    scores differently with the same weights)."""
+    from spanuq.model.checkpoint import calibration_sha256
+    from spanuq.pipeline.files import read_json, sha256_file
+
+    weights, cal = sha256_file(probe / "model.safetensors"), calibration_sha256(probe)
+    records = []
+    for path, what in ((args.bench, "Mu-SHROOM"), (args.planted, "planted")):
+        rec = read_json(path) if path else None
+        if rec is not None:
+            if rec["probe"]["sha256"] != weights:
+                raise SystemExit(f"ship_probe: {path} scored another probe (sha256 {rec['probe']['sha256'][:12]})")
+            if rec["probe"].get("calibration_sha256") != cal:
+                raise SystemExit(f"ship_probe: {path} scored these weights with another calibration: "
+                                 f"re-run `spanuq bench {'mushroom' if what == 'Mu-SHROOM' else 'planted'}`")
+            if what == "Mu-SHROOM" and rec.get("split") != "test":
+                raise SystemExit(f"ship_probe: {path} is the {rec.get('split')} split; the card shows the test "
+                                 "split (`spanuq bench mushroom --split test`, settings chosen on val)")
+        records.append(rec)
+    return records[0], records[1]
+
+
+def ship_recalibrated(args, out: Path) -> int:
+    """``--recalibrated DIR``: the shipped weights with a calibration `spanuq recalibrate` refitted.
+    The weights and the own-answer calibration must be the shipped ones, so the test split and its
+    metrics stay; config.json and the card's calibration, planted and Mu-SHROOM entries are replaced."""
+    from spanuq.pipeline.files import atomic_write_text, read_json, sha256_file, write_json
+    from spanuq.score.shipped import CARD
+
+    from spanuq.bench.run import commit
+
+    new = Path(args.recalibrated)
+    card = read_json(out / CARD)
+    if sha256_file(new / "model.safetensors") != card["weights"]["sha256"]:
+        raise SystemExit(f"ship_probe: {new} holds other weights than the shipped probe: ship a trained run with --run")
+    cal = read_json(new / "config.json")["calibration"]
+    own = {k: v for k, v in cal.items() if k != "given"}
+    if own != {k: v for k, v in card["calibration"].items() if k != "given"}:
+        raise SystemExit("ship_probe: the own-answer calibration differs from the shipped one; its test metrics would "
+                         "no longer hold: ship the run with --run")
+    bench, planted = read_benches(args, new)
+    card["calibration"] = cal
+    card["recalibrated"] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit(),
+                            "given": (read_json(new / "recalibration.json") if (new / "recalibration.json").exists()
+                                      else {}).get("given")}
+    card["planted"] = planted_entry(planted) if planted else card.get("planted")
+    card["mushroom"] = mushroom_entry(bench) if bench else None  # the old figures were another calibration's
+    shutil.copy2(new / "config.json", out / "config.json")
+    write_json(out / CARD, card)
+    atomic_write_text(out / "MODEL_CARD.md", render(card))
+    for f in out.iterdir():
+        f.chmod(0o644)
+    print(f"ship_probe: {out}: recalibrated (given answers: {cal.get('given')})", file=sys.stderr)
+    return 0
 
 
 def source_line(name: str, c: dict) -> str:
     """One source's mapping and flag threshold, as the card states it."""
-    return (f"{name}: û = σ(logit(raw)/{c.get('temperature', 1.0):.3f} + {c.get('bias', 0.0):.3f}), shown as likely "
+    excess = f" + {c['excess']:.3f}·ε (the span's excess surprisal)" if c.get("excess") else ""
+    return (f"{name}: û = σ(logit(raw)/{c.get('temperature', 1.0):.3f} + {c.get('bias', 0.0):.3f}{excess}), shown as likely "
             f"wrong from {c.get('flag', 0.5):.3f}, refine margin {c.get('margin', 0.0):.3f}"
             + (f", subject unknown above entropy {c['unknown_entropy']:.3f}" if c.get("unknown_entropy") else ""))
 
@@ -231,7 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     from spanuq.score.shipped import CARD, PROBES, TEST_SPLIT
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", required=True, help="the data dir of a finished pipeline run (its paths.data)")
+    ap.add_argument("--run", default=None, help="the data dir of a finished pipeline run (its paths.data)")
+    ap.add_argument("--recalibrated", default=None, metavar="PROBE_DIR",
+                    help="the shipped weights with a calibration `spanuq recalibrate` refitted: replaces the shipped "
+                         "config.json and the card's calibration, planted and Mu-SHROOM entries (no --run)")
     ap.add_argument("--bench", default=None, help="`spanuq bench mushroom --split test` result JSON of this probe")
     ap.add_argument("--planted", default=None, help="`spanuq bench planted` result JSON of this probe")
     ap.add_argument("-p", "--params", default="params.yaml")
@@ -239,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", default=str(PROBES), help="where the probe folders go (default: spanuq/probes)")
     args = ap.parse_args(argv)
+    if args.recalibrated:
+        return ship_recalibrated(args, Path(args.out) / load_config(args.params if Path(args.params).exists() else None,
+                                                                    args.override, args.preset).backbone.name)
+    if not args.run:
+        ap.error("--run is required (or --recalibrated)")
 
     cfg = load_config(args.params if Path(args.params).exists() else None,
                       [*args.override, f"paths.data={args.run}"], args.preset)
@@ -250,23 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     backbone = (read_json(probe / "config.json").get("extra") or {}).get("backbone") or cfg.backbone.name
     if backbone != cfg.backbone.name:
         raise SystemExit(f"ship_probe: the probe reads {backbone}, the config names {cfg.backbone.name}")
-    bench = None
-    if args.bench:
-        from spanuq.pipeline.files import sha256_file
-
-        bench = read_json(args.bench)
-        if bench.get("split") != "test":
-            raise SystemExit(f"ship_probe: {args.bench} is the {bench.get('split')} split; the card shows the test "
-                             "split (`spanuq bench mushroom --split test`, settings chosen on val)")
-        if bench["probe"]["sha256"] != sha256_file(probe / "model.safetensors"):
-            raise SystemExit(f"ship_probe: {args.bench} scored another probe (sha256 {bench['probe']['sha256'][:12]})")
-    planted = None
-    if args.planted:
-        from spanuq.pipeline.files import sha256_file
-
-        planted = read_json(args.planted)
-        if planted["probe"]["sha256"] != sha256_file(probe / "model.safetensors"):
-            raise SystemExit(f"ship_probe: {args.planted} scored another probe")
+    bench, planted = read_benches(args, probe)
     rows = test_rows(paths)
     card = build_card(cfg, paths, probe, bench, len(rows), planted)
     out = Path(args.out) / backbone

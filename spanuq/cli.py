@@ -10,6 +10,7 @@
     spanuq serve                          # HTTP API + web page + OpenAI-compatible /v1 on 127.0.0.1:8000
     spanuq serve --upstream http://127.0.0.1:8080/v1   # /v1 answered by that server, scored here
     spanuq calibrate --alpha 0.1          # a conformal threshold on û, stored with the probe
+    spanuq recalibrate                    # refit a trained probe's given-answer mapping on its run's dev split
     spanuq monitor answers.jsonl          # a report over many answers (HTML + JSON), resumable
     spanuq registry import-shipped        # the shipped probe as a version of spanuq-<backbone> (MLflow)
     spanuq bench mushroom --split val     # human span labels (Mu-SHROOM), beside the controls
@@ -87,6 +88,9 @@ def _product_commands(sub) -> None:
                                                   "(docs/guarantees.md)"))
     add_monitor_args(_command(sub, "monitor", "score a file of answers and report where the doubt is (HTML + "
                                               "JSON, resumable)"))
+    sp = _command(sub, "recalibrate", "refit a trained probe's given-answer calibration on its run's dev split "
+                                      "(weights untouched)")
+    sp.add_argument("--probe", default=None, help="the probe folder (default: the run's data/<backbone>/probe)")
     sp = _command(sub, "llama-server", "serve the backbone's shipped GGUF (llama.cpp, OpenAI-compatible)")
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=8080)
@@ -173,6 +177,12 @@ def _calibrate(args, cfg) -> int:
     return run_calibrate(args, cfg)
 
 
+def _recalibrate(args, cfg) -> int:
+    from .train.recalibrate import run_recalibrate
+
+    return run_recalibrate(args, cfg)
+
+
 def _monitor(args, cfg) -> int:
     from .monitor.command import run_monitor_command
 
@@ -197,7 +207,8 @@ def _llama_server(args, cfg) -> int:
 
 HANDLERS = {**{name: _stage for name in STAGES}, "config": _config, "probe-layers": _probe_layers,
             "ablate": _ablate, "registry": _registry, "bench": _bench, "score": _score, "refine": _refine,
-            "serve": _serve, "llama-server": _llama_server, "calibrate": _calibrate, "monitor": _monitor}
+            "serve": _serve, "llama-server": _llama_server, "calibrate": _calibrate, "monitor": _monitor,
+            "recalibrate": _recalibrate}
 
 
 def main(argv: list[str] | None = None) -> int:

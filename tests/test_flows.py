@@ -28,7 +28,7 @@ def test_stage_key_follows_dvc_yaml_params_and_deps(tmp_path, make_cfg):
     inputs = stage_inputs("train", cfg)
     assert set(inputs["params"]) == {"preset", "backbone", "probe", "loss", "train", "evaluate",
                                      "generate.max_new_tokens",  # the windows of long answers
-                                     "presets.cpu-full.generate", "presets.cpu-full.probe",
+                                     "presets.cpu-full.generate", "presets.cpu-full.probe", "presets.cpu-full.train",
                                      "presets.gpu-paper.generate", "presets.gpu-paper.backbone",
                                      "presets.gpu-paper.probe", "presets.gpu-paper.train"}
     assert inputs["deps"]["data/${backbone.name}/labels.jsonl"] != "missing"

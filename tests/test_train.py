@@ -143,6 +143,44 @@ def test_given_answers_get_their_own_mapping_and_likely_wrong_threshold_fitted_o
     assert load_checkpoint(tmp_path / "probe").calibration == calibration
 
 
+def test_given_answers_mapping_reads_the_slots_excess_surprisal(make_cfg, tmp_path):
+    """With enough swapped slots in the dev given answers, their mapping is fitted on the slots alone
+    with the span's excess surprisal ε = Σ (surprisal − entropy): here only ε tells a wrong slot from
+    a right one (the probe never saw a slot), and the fitted mapping ranks them by it."""
+    from sklearn.metrics import roc_auc_score
+
+    from spanuq.model.calibration import excess_surprisal
+
+    cfg = _cfg(make_cfg, warmup_epochs=2, joint_epochs=2, patience=10)
+    dev, given = synthetic_examples(6, seed=1), synthetic_examples(40, seed=3)
+    g = torch.Generator().manual_seed(4)
+    for k, e in enumerate(given):
+        T = int(e.h.shape[0])
+        e.entropy = 2.0 + torch.rand(T, generator=g)
+        e.surprisal = e.entropy.clone()  # every token as surprising as the backbone expects: ε = 0
+        wrong = k % 2 == 0
+        e.meta["slot"] = 0
+        b, end = e.spans[0].tolist()
+        e.surprisal[b] = e.entropy[b] + (4.0 if wrong else 0.2)  # the backbone expected something else
+        e.u = torch.zeros_like(e.u)
+        e.u[0] = float(wrong)
+    model, _ = train_probe(cfg, synthetic_examples(8), dev, progress=False)
+    calibration, calib = calibrate_on_dev(model, dev, cfg, "cpu", given=given)
+    info = calib["given"]
+    assert info["fitted_on"] == "slots" and info["slots"] == 40 and info["excess"] > 0.5
+    for_given = calibration.for_source("given")
+    assert for_given.reads_excess and not calibration.reads_excess  # own answers do not read ε
+    preds = predict(model, given, for_given)  # every shown span reads its own ε
+    assert all(np.all((p.u >= 0) & (p.u <= 1)) for p in preds)
+    eps = [excess_surprisal(e.surprisal, e.entropy, e.spans[:1].numpy())[0] for e in given]
+    slot_u = for_given.scores(np.full(len(given), 0.5), np.array(eps))
+    assert roc_auc_score([float(e.u[0]) for e in given], slot_u) == 1.0
+    with pytest.raises(ValueError, match="excess surprisal"):  # no surprisal stored: a clear error
+        predict(model, synthetic_examples(2, seed=5), for_given)
+    save_checkpoint(model, TINY, 32, tmp_path / "probe", calibration)
+    assert load_checkpoint(tmp_path / "probe").calibration.for_source("given") == for_given
+
+
 def test_a_subject_the_backbone_does_not_know_is_told_by_flat_predictions_before_its_claims():
     from spanuq.model.unknown import fit_unknown_threshold, knowledge_entropy
 
@@ -155,3 +193,22 @@ def test_a_subject_the_backbone_does_not_know_is_told_by_flat_predictions_before
     assert info["auroc"] > 0.95 and tau is not None and info["precision"] >= 0.9
     assert np.mean(~knew[stats >= tau]) >= 0.9 and info["recall"] > 0.8
     assert fit_unknown_threshold(stats, np.ones(200, bool))[0] is None  # it knew everything: no rule
+
+
+def test_refine_margin_pairs_a_swap_with_the_own_answer_it_was_made_from():
+    """Refine compares the backbone's own words with someone else's: the margin's pairs put each
+    dev swap beside its own answer, the right one first (a swap to a wrong value: the own answer was right)."""
+    from spanuq.train.given_calibration import swap_pairs
+
+    own = synthetic_examples(2, seed=6)
+    given = []
+    for e, wrong in zip(own, (True, False)):
+        g = synthetic_examples(1, seed=7)[0]
+        g.prompt_id, g.spans, g.meta = f"{e.prompt_id}@given-swap", e.spans.clone(), {"slot": 1}
+        g.u = torch.zeros(len(e.spans))
+        g.u[1] = float(wrong)
+        given.append(g)
+    own_scores = [np.full(len(e.spans), 0.2), np.full(len(e.spans), 0.7)]
+    given_scores = [np.full(len(g.spans), 0.9), np.full(len(g.spans), 0.4)]
+    assert swap_pairs(given, given_scores, own, own_scores) == [(0.2, 0.9), (0.4, 0.7)]
+    assert swap_pairs(given, given_scores, [], []) == []  # no own answer: no pair

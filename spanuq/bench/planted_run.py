@@ -249,8 +249,10 @@ def run_planted(cfg: Config, probe: str | None = None, facts: str | Path | None 
 
             refined = {"pairs": refine_twins(uq, pairs, {r["id"]: r["references"] for r in rows}, progress),
                        "own_answers": refine_own(uq, rows, answers, progress)}
+        from ..model.checkpoint import calibration_sha256
+
         probe_info = {"path": str(uq.checkpoint), "source": uq.probe_source,
-                      "sha256": sha256_file(ckpt / "model.safetensors")}
+                      "sha256": sha256_file(ckpt / "model.safetensors"), "calibration_sha256": calibration_sha256(ckpt)}
     record = {"benchmark": "planted pairs", "probe": probe_info, "sources": list(sources),
               "facts": str(facts or FACTS), "pasted": str(pasted or PASTED) if "pasted" in sources else None,
               "own_skipped": skipped, "bootstrap": {"resamples": bootstrap, "unit": "question", "seed": seed},

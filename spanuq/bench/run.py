@@ -130,12 +130,14 @@ def run_mushroom(cfg: Config, split: str, probe: str | None = None, data: list[s
     """Score the split, write the table; returns the JSON file.  ``exclude_questions``: a prompt
     file the probe trained on; answers to its questions are left out (and counted)."""
     from .. import SpanUQ
+    from ..model.checkpoint import calibration_sha256
     from ..score.scorer import resolve_checkpoint
 
     if split not in ("val", "test"):
         raise ValueError(f"--split must be val or test, not {split!r}")
     ckpt = resolve_checkpoint(probe, cfg)  # a folder, an MLflow URI or data/<backbone>/probe
-    probe_sha = sha256_file(ckpt / "model.safetensors")
+    weights_sha, cal_sha = sha256_file(ckpt / "model.safetensors"), calibration_sha256(ckpt)
+    probe_sha = f"{weights_sha}-{cal_sha[:12]}"  # the ledger's key: these weights with this calibration
     backbone = (read_json(ckpt / "config.json").get("extra") or {}).get("backbone") or cfg.backbone.name
     bench_dir = Path(cfg.paths.data) / backbone / "bench"
     if split == "test":  # before any model is loaded: a refused read costs nothing
@@ -153,7 +155,8 @@ def run_mushroom(cfg: Config, split: str, probe: str | None = None, data: list[s
         refs = [x.reference() for x in items]
         results, skipped = score_items(uq, items, progress)
         methods = build_methods(uq, items, results, cfg, seed, progress)
-        probe_info = {"path": str(uq.checkpoint), "source": uq.probe_source, "sha256": probe_sha,
+        probe_info = {"path": str(uq.checkpoint), "source": uq.probe_source, "sha256": weights_sha,
+                      "calibration_sha256": cal_sha,
                       "backbone": uq.backbone_name,
                       "stored_validity_threshold": uq.fitted.validity_threshold,
                       "dev_auroc": uq.extra.get("dev_auroc")}

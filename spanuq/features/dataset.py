@@ -144,7 +144,7 @@ def training_examples(features_dir, labels_path, given_kinds=("swap", "template"
     here"."""
     from ..label.answer_ids import given_kind
 
-    every = load_examples(features_dir, labels_path, ("train",), given=None)
-    kept = [e for e in every if not e.meta.get("unplaced")
-            and given_kind(e.prompt_id) in (None, *given_kinds)]
+    every = [e for e in load_examples(features_dir, labels_path, ("train",), given=None)
+             if given_kind(e.prompt_id) in (None, *given_kinds)]
+    kept = [e for e in every if not e.meta.get("unplaced")]
     return kept, len(every) - len(kept)

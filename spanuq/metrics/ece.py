@@ -75,18 +75,27 @@ def fit_temperature(u_true, u_pred, bounds: tuple[float, float] = T_BOUNDS) -> f
 def fit_platt(u_true, u_pred, bounds: tuple[float, float] = T_BOUNDS) -> tuple[float, float]:
     """``(T, b)`` minimising ``soft_bce(u*, logit(û) / T + b)``: temperature scaling with a bias
     (Platt scaling on the logit), for scores whose level is off as well as their spread — û of
-    answers the backbone did not write. Convex in (1/T, b); solved with L-BFGS-B, T kept in ``bounds``."""
+    answers the backbone did not write. `fit_platt_excess` without the span term."""
+    t, b, _ = fit_platt_excess(u_true, u_pred, np.zeros(np.size(u_pred)), bounds)
+    return t, b
+
+
+def fit_platt_excess(u_true, u_pred, excess, bounds: tuple[float, float] = T_BOUNDS) -> tuple[float, float, float]:
+    """``(T, b, w)`` minimising ``soft_bce(u*, logit(û) / T + b + w · ε)``: `fit_platt` with the
+    span's excess surprisal ε as a second input (`spanuq.model.calibration`). w ≥ 0: a span that
+    surprised the backbone more is never read as more likely right. Convex in (1/T, b, w)."""
     from scipy.optimize import minimize
 
     y = unit_interval(u_true, "u_true")
     z = clipped_logit(unit_interval(u_pred))
-    if y.shape != z.shape:
-        raise ValueError(f"u_true {y.shape} and u_pred {z.shape} differ in length")
+    x = np.asarray(excess, dtype=np.float64).ravel()
+    if not (y.shape == z.shape == x.shape):
+        raise ValueError(f"u_true {y.shape}, u_pred {z.shape} and excess {x.shape} differ in length")
     if y.size == 0:
         raise ValueError("cannot fit a calibration on zero items")
-    res = minimize(lambda w: soft_bce(y, z * w[0] + w[1]), x0=np.array([1.0, 0.0]), method="L-BFGS-B",
-                   bounds=[(1.0 / bounds[1], 1.0 / bounds[0]), (-20.0, 20.0)])
-    return float(1.0 / res.x[0]), float(res.x[1])
+    res = minimize(lambda w: soft_bce(y, z * w[0] + w[1] + x * w[2]), x0=np.array([1.0, 0.0, 0.0]),
+                   method="L-BFGS-B", bounds=[(1.0 / bounds[1], 1.0 / bounds[0]), (-20.0, 20.0), (0.0, 5.0)])
+    return float(1.0 / res.x[0]), float(res.x[1]), float(res.x[2])
 
 
 def flag_threshold(u_true, u_cal, precision: float, positive: float = 0.5, min_flagged: int = 10,

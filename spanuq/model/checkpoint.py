@@ -48,6 +48,15 @@ def save_checkpoint(model: SpanUQProbe, cfg: ProbeConfig, d_model: int, path_dir
     return path
 
 
+def calibration_sha256(path_dir: str | Path) -> str:
+    """sha256 of the checkpoint's calibration (canonical JSON): with the weights' sha256 it names
+    what a benchmark scored, since `spanuq recalibrate` changes scores without touching the weights."""
+    import hashlib
+
+    meta = json.loads((Path(path_dir) / CONFIG).read_text())
+    return hashlib.sha256(json.dumps(meta.get("calibration"), sort_keys=True).encode()).hexdigest()
+
+
 def load_checkpoint(path_dir: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
     """The probe (in eval mode on ``device``), its calibration and its facts."""
     path = Path(path_dir)

@@ -31,7 +31,7 @@ from typing import Protocol, Sequence
 import numpy as np
 import torch
 
-from .calibration import Calibration
+from .calibration import Calibration, excess_surprisal
 from .span_ops import normalized_to_token_spans, suppress_duplicates
 
 
@@ -222,9 +222,12 @@ class PostProcess:
 
     @torch.no_grad()
     def __call__(self, outputs: dict[str, torch.Tensor], lengths: torch.Tensor,
-                 answers: Sequence[Answer | None] | None = None, prompt_ids: Sequence[str] | None = None
-                 ) -> list[Prediction]:
+                 answers: Sequence[Answer | None] | None = None, prompt_ids: Sequence[str] | None = None,
+                 surprisal: torch.Tensor | None = None, entropy: torch.Tensor | None = None) -> list[Prediction]:
         cal = self.calibration
+        if cal.reads_excess and (surprisal is None or entropy is None):
+            raise ValueError("this calibration reads each span's excess surprisal (a given-answer mapping "
+                             "with w != 0): the answers' token surprisal and entropy are needed")
         tok = normalized_to_token_spans(outputs["spans"], lengths[:, None]).cpu().numpy()
         p = outputs["validity_logits"].sigmoid().cpu().numpy().astype(np.float64)
         u_raw = outputs["u"].cpu().numpy().astype(np.float64)
@@ -233,6 +236,7 @@ class PostProcess:
         out = []
         for i in range(len(tok)):
             spans = tok[i].astype(np.int64)
+            n = int(lengths[i])
             answer = answers[i] if answers is not None else None
             chars = None
             if answer is not None:
@@ -242,7 +246,8 @@ class PostProcess:
                                  dtype=np.int64).reshape(-1, 2)
             out.append(Prediction(
                 prompt_id=prompt_ids[i] if prompt_ids is not None else str(i), spans=spans,
-                u=cal.scores(u_raw[i]), validity=p[i], u_seq=float(cal.scores(np.array([u_seq[i]]))[0]),
+                u=cal.scores(u_raw[i], excess_surprisal(surprisal[i, :n], entropy[i, :n], spans) if cal.reads_excess
+                             else None), validity=p[i], u_seq=float(cal.scores(np.array([u_seq[i]]))[0]),
                 keep=select_spans(spans, p[i], cal.validity_threshold, cal.dup_iou), u_raw=u_raw[i],
                 u_seq_raw=float(u_seq[i]), nu=nu[i], chars=chars, threshold=cal.validity_threshold))
         return out
@@ -299,11 +304,11 @@ def predict(probe, items: Sequence[States], calibration: Calibration, answers: S
         for s in range(0, len(items), batch_size):
             batch = items[s: s + batch_size]
             h, ent, mask, lengths = (x.to(device) for x in pad_states(batch))
-            sur = pad_surprisal(batch) if probe.cfg.use_surprisal else None
+            sur = pad_surprisal(batch) if probe.cfg.use_surprisal or calibration.reads_excess else None
             o = probe(h, ent if probe.cfg.use_entropy else None, mask, lengths,
-                      surprisal=None if sur is None else sur.to(device))
+                      surprisal=None if sur is None or not probe.cfg.use_surprisal else sur.to(device))
             out += post(o, lengths, answers[s: s + batch_size] if answers is not None else None,
-                        prompt_ids[s: s + batch_size])
+                        prompt_ids[s: s + batch_size], surprisal=sur, entropy=ent.cpu())
     finally:
         probe.train(was_training)
     return out

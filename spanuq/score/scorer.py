@@ -450,7 +450,13 @@ class SpanUQ:
         if self.guarantee is not None:
             from .guarantee import decide
 
-            conformal = ConformalDecision(**decide(self.guarantee, [s.u for s in spans], u_seq, not reasons))
+            # the threshold was fitted on û of the backbone's own answers: a given answer's spans are
+            # judged on that scale (the own-answer mapping of their raw û), not the given-answer one
+            own = self.calibration.for_source("generated")
+            u_fit = [s.u for s in spans] if item.source == "generated" else list(own.scores([s.u_raw for s in spans]))
+            seq_fit = (u_seq if item.source == "generated" or pred is None or pred.u_seq_raw is None
+                       else float(own.scores([pred.u_seq_raw])[0]))
+            conformal = ConformalDecision(**decide(self.guarantee, u_fit, seq_fit, not reasons))
         return ScoreResult(prompt=item.request.prompt, answer=answer, answer_source=item.source,
                            backbone=self.backbone_name, probe=self.probe_source, generator=item.generator,
                            n_tokens=len(item.ids), truncated=item.truncated, u_seq=u_seq,

@@ -179,7 +179,8 @@ def predict_readable(probe, items: Sequence[States], calibration: Calibration,
             out[i] = (None, failed)
             continue
         a = answers[i] if answers is not None else None
-        slices = [_Slice(it.h[s:e], it.entropy[s:e]) for s, e in good]
+        sur = getattr(it, "surprisal", None)
+        slices = [_Slice(it.h[s:e], it.entropy[s:e], None if sur is None else sur[s:e]) for s, e in good]
         parts = predict(probe, slices, calibration,
                         [Answer(a.text, list(a.offsets[s:e])) if a is not None else None for s, e in good],
                         batch_size=batch_size, device=device, prompt_ids=[prompt_ids[i]] * len(good))

@@ -31,8 +31,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import Config, scoring_settings
-from ..metrics.ece import fit_platt, fit_temperature, flag_threshold, pair_margin
-from ..metrics.uq import metric_value, to_numpy
+from ..metrics.ece import fit_temperature, flag_threshold
+from ..metrics.uq import metric_value
 from ..evaluate.scoring import all_span_scores, evaluate_predictions
 from ..features.dataset import ResponseExample, answers, collate, input_stats, load_examples, training_examples
 from ..llm.loading import resolve_device
@@ -43,9 +43,9 @@ from ..model.losses import SetCriterion
 from ..model.matcher import HungarianMatcher
 from ..model.postprocess import Answer, predict, select_spans
 from ..model.probe import SpanUQProbe
-from ..model.unknown import fit_unknown_threshold, knowledge_entropy
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
+from .given_calibration import calibrate_given
 
 log = logging.getLogger(__name__)
 
@@ -162,63 +162,8 @@ def calibrate_on_dev(model, dev: list[ResponseExample], cfg: Config, device,
     info = {"temperature": temperature, "temperature_cv": cv, "validity_threshold": float(thr),
             "dev_f1_by_threshold": {f"{t:g}": f for t, f in f1s.items()}, "flag": flag, "flag_dev": flag_info}
     if given:
-        calibration, info["given"] = calibrate_given(model, given, calibration, cfg, device, given_texts)
+        calibration, info["given"] = calibrate_given(model, given, calibration, cfg, device, given_texts, dev)
     return calibration, info
-
-
-def calibrate_given(model, given: list[ResponseExample], calibration: Calibration, cfg: Config, device,
-                    answer_texts: list[Answer | None] | None = None) -> tuple[Calibration, dict]:
-    """û's mapping for answers the backbone did not write (`spanuq.label.given`): T and a bias b
-    (`fit_platt`) on every labelled span of the dev split's given answers, scored with the spans
-    the own-answer calibration shows, and their "likely wrong" threshold (`flag_threshold`)."""
-    ec = cfg.evaluate
-    preds = predict(model, given, calibration.raw(), answer_texts, batch_size=cfg.train.batch_size, device=device)
-    raw, _ = all_span_scores(preds, given, iou_threshold=ec.iou_threshold, key="u_raw")
-    y, s = np.concatenate([e.u.numpy() for e in given]), np.concatenate(raw)
-    if len(y) < 2 or np.ptp(y) == 0:
-        return calibration, {"used": False, "reason": "too few or one-class given dev spans"}
-    t, b = fit_platt(y, s)
-    mapped = replace(calibration, temperature=t, bias=b, given=None)
-    flag, flag_info = flag_threshold(y, mapped.scores(s), ec.flag_precision, ec.positive_threshold)
-    fitted = {"temperature": t, "bias": b, "flag": flag}
-    pairs = slot_pairs(given, [mapped.scores(x) for x in raw])
-    margin_info = None
-    if pairs:
-        fitted["margin"], margin_info = pair_margin(*zip(*pairs), confidence=ec.flag_precision)
-    tau, unknown_info = unknown_threshold(preds, given, ec.flag_precision)
-    if tau is not None:
-        fitted["unknown_entropy"] = tau
-    return (replace(calibration, given=fitted),
-            {"used": True, "answers": len(given), "spans": int(len(y)), **fitted, "flag_dev": flag_info,
-             "margin_dev": margin_info, "unknown_dev": unknown_info})
-
-
-def slot_pairs(given: list[ResponseExample], scores: list[np.ndarray]) -> list[tuple[float, float]]:
-    """(û of the right slot, û of the wrong slot) of each templated twin pair of the given dev answers
-    (``<prompt>@given-t<k>r`` / ``t<k>w``), from per-answer span scores aligned with ``given``."""
-    slot = {e.prompt_id: float(s[e.meta["slot"]]) for e, s in zip(given, scores) if "slot" in e.meta}
-    return [(slot[k], slot[k[:-1] + "w"]) for k in slot if k.endswith("r") and "@given-t" in k and k[:-1] + "w" in slot]
-
-
-def unknown_threshold(preds, given: list[ResponseExample], precision: float) -> tuple[float | None, dict]:
-    """The entropy above which a given answer is about a subject the backbone does not know
-    (`spanuq.model.unknown`), fitted on the dev given answers whose question the backbone answered
-    itself: its swapped answer planted a wrong value (it was right: it knew) or put in the
-    reference (it was wrong: it did not)."""
-    from ..label.answer_ids import is_given, parent_id
-
-    knew = {parent_id(e.prompt_id): bool(e.u[e.meta["slot"]] >= 1.0) for e in given
-            if e.prompt_id.endswith("@given-swap") and "slot" in e.meta}
-    stats, labels = [], []
-    for p, e in zip(preds, given):
-        if not is_given(e.prompt_id) or parent_id(e.prompt_id) not in knew:
-            continue
-        spans = to_numpy(p.spans, np.int64).reshape(-1, 2)[np.asarray(p.keep, dtype=np.int64)]
-        stat = knowledge_entropy(e.entropy.numpy(), [tuple(x) for x in spans])
-        if stat is not None:
-            stats.append(stat)
-            labels.append(knew[parent_id(e.prompt_id)])
-    return fit_unknown_threshold(stats, labels, precision)
 
 
 def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExample],

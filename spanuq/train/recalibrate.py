@@ -1,0 +1,55 @@
+"""``spanuq recalibrate``: fit a trained probe's given-answer mapping again, weights untouched.
+
+The train stage fits both of a probe's calibrations on its dev split (`calibrate_on_dev`). The
+given-answer one (`calibrate_given`) depends only on the probe's outputs and the dev split's given
+answers, so when the label stage adds given answers (`label.given_swaps`) or the mapping changes,
+it is refitted on the stored features of the run instead of training again: the own-answer
+calibration (temperature, validity threshold, flag) is kept as the train stage fitted it.
+
+    spanuq recalibrate --preset cpu-full -o paths.data=data-cpu-full            # the run's probe
+    spanuq recalibrate --preset cpu-full -o paths.data=data-cpu-full --probe DIR  # another probe, same dev split
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from ..config import Config
+from ..features.dataset import answers, load_examples
+from ..llm.loading import load_tokenizer, resolve_device
+from ..model.checkpoint import load_checkpoint, save_checkpoint
+from ..pipeline.files import write_json
+from ..pipeline.paths import StagePaths
+from .given_calibration import calibrate_given
+
+
+def recalibrate(cfg: Config, probe_dir: str | Path | None = None) -> dict:
+    """Refit the given-answer mapping of the probe in ``probe_dir`` (default: the run's) on the
+    run's dev given answers and rewrite its ``config.json``; returns what was fitted."""
+    paths = StagePaths.from_config(cfg)
+    probe_dir = Path(probe_dir) if probe_dir is not None else paths.probe
+    dev_given = load_examples(paths.features, paths.labels, ("dev",), given=True)
+    dev = load_examples(paths.features, paths.labels, ("dev",))
+    if not dev_given:
+        raise ValueError(f"no given answers in the dev split of {paths.labels}: run the label stage with "
+                         "label.given_swaps=true (or label.given_templates > 0) and extract first")
+    device = resolve_device(cfg.train.device)
+    ck = load_checkpoint(probe_dir, device)
+    own = replace(ck.calibration, given=None)
+    calibration, info = calibrate_given(ck.probe, dev_given, own, cfg, device,
+                                        answers(load_tokenizer(cfg), dev_given), dev)
+    if not info.get("used"):
+        raise ValueError(f"no given-answer mapping could be fitted: {info.get('reason')}")
+    probe_cfg = ck.probe.cfg
+    save_checkpoint(ck.probe, probe_cfg, ck.d_model, probe_dir, calibration, extra=ck.extra)
+    write_json(probe_dir / "recalibration.json", {"data": str(paths.root), "given": info})
+    return info
+
+
+def run_recalibrate(args, cfg: Config) -> int:
+    info = recalibrate(cfg, args.probe)
+    keys = ("fitted_on", "slots", "spans", "temperature", "bias", "excess", "flag", "margin", "unknown_entropy")
+    print(json.dumps({k: info[k] for k in keys if k in info}, indent=2))
+    print(f"recalibrate: wrote {Path(args.probe) if args.probe else StagePaths.from_config(cfg).probe}/config.json")
+    return 0

@@ -1,0 +1,67 @@
+"""scripts/ship_probe.py --recalibrated: the shipped weights with a refitted given-answer calibration."""
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from spanuq.model.checkpoint import calibration_sha256
+from spanuq.pipeline.files import sha256_file
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "spanuq" / "probes" / "smollm2-135m"
+
+
+def ship_probe():
+    spec = importlib.util.spec_from_file_location("ship_probe", REPO / "scripts" / "ship_probe.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def shipped_copy(tmp_path):
+    out = tmp_path / "probes"
+    shutil.copytree(SHIPPED, out / "smollm2-135m")
+    return out
+
+
+def recalibrated(tmp_path, name: str, **own_changes) -> Path:
+    """The shipped weights in a folder of their own with a given-answer mapping, as `spanuq recalibrate` writes it."""
+    d = tmp_path / name
+    d.mkdir()
+    shutil.copy2(SHIPPED / "model.safetensors", d / "model.safetensors")
+    meta = json.loads((SHIPPED / "config.json").read_text())
+    meta["calibration"].update(own_changes)
+    meta["calibration"]["given"] = {"temperature": 20.0, "bias": -2.4, "excess": 0.33, "flag": 0.46}
+    (d / "config.json").write_text(json.dumps(meta))
+    (d / "recalibration.json").write_text(json.dumps({"given": {"fitted_on": "slots", "slots": 86}}))
+    return d
+
+
+def test_a_recalibrated_probe_replaces_only_the_calibration_and_says_so_on_the_card(tmp_path, shipped_copy):
+    new = recalibrated(tmp_path, "recal")
+    assert ship_probe().main(["--recalibrated", str(new), "--out", str(shipped_copy)]) == 0
+    out = shipped_copy / "smollm2-135m"
+    assert json.loads((out / "config.json").read_text())["calibration"]["given"]["excess"] == 0.33
+    card = json.loads((out / "card.json").read_text())
+    old = json.loads((SHIPPED / "card.json").read_text())
+    assert card["calibration"]["given"]["excess"] == 0.33 and card["recalibrated"]["given"]["slots"] == 86
+    assert card["metrics"] == old["metrics"] and card["weights"] == old["weights"]  # same weights, same own answers
+    assert card["mushroom"] is None  # figures of the old calibration are not carried over
+    assert "0.330·ε" in (out / "MODEL_CARD.md").read_text()
+    assert sha256_file(out / "test_split.jsonl") == sha256_file(SHIPPED / "test_split.jsonl")
+
+
+def test_it_refuses_a_changed_own_calibration_and_a_bench_of_another_calibration(tmp_path, shipped_copy):
+    sp = ship_probe()
+    with pytest.raises(SystemExit, match="own-answer calibration differs"):
+        sp.main(["--recalibrated", str(recalibrated(tmp_path, "own", validity_threshold=0.5)), "--out", str(shipped_copy)])
+    new = recalibrated(tmp_path, "recal")
+    planted = tmp_path / "planted.json"  # scored the shipped weights with the shipped (old) calibration
+    planted.write_text(json.dumps({"probe": {"sha256": sha256_file(SHIPPED / "model.safetensors"),
+                                             "calibration_sha256": calibration_sha256(SHIPPED)}}))
+    with pytest.raises(SystemExit, match="another calibration"):
+        sp.main(["--recalibrated", str(new), "--planted", str(planted), "--out", str(shipped_copy)])
+    assert (shipped_copy / "smollm2-135m" / "config.json").read_bytes() == (SHIPPED / "config.json").read_bytes()
