@@ -151,3 +151,15 @@ def test_refine_command_prints_before_and_after(probe_dir, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["refine", PROMPT, "--mode", "rewrite"])
     assert "invalid choice: 'rewrite'" in capsys.readouterr().err
+
+
+def test_a_given_answers_sentence_without_a_span_never_wins_on_its_answer_score(scorer):
+    """A given answer's û_seq is mapped without the span term, off the scale of its spans' û: with a
+    given-answer calibration, a region no span covers has no uncertainty to compare, not û_seq."""
+    r = scorer.score("Who was Marie Curie?", response="Marie Curie won the Nobel Prize in 1903. Yes.")
+    assert r.answer_source == "given" and r.calibration_source == "generated"  # the test probe has no given mapping
+    tail = r.answer.index("Yes.")
+    mapped = r.model_copy(update={"calibration_source": "given", "spans": [s for s in r.spans if s.end <= tail]})
+    assert region_u(mapped, tail, len(r.answer)) is None
+    # the backbone's own answer: û_seq is on its spans' scale and stands for a region without a claim
+    assert region_u(mapped.model_copy(update={"answer_source": "generated"}), tail, len(r.answer)) == r.u_seq

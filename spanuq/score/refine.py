@@ -21,7 +21,8 @@ is acted on:
   region, the text after it kept as it was.  Every candidate answer is scored by
   the probe and the most certain one kept: the one with the lowest *region
   uncertainty* (`region_u`: the highest û among its spans that overlap the
-  region, or its û_seq when no span does), the current answer included, so a
+  region, or its û_seq when no span does — for a given answer with its own
+  calibration, no candidate without a span), the current answer included, so a
   region only changes when a candidate is more certain than what was there *by a
   margin* (``score.refine_margin``; by default the probe's, fitted on dev pairs of
   answers that differ in one fact: the gap in û beyond which the lower one is the
@@ -94,11 +95,15 @@ class RefineResult(_Record):
     candidates_scored: int
 
 
-def region_u(result: ScoreResult, start: int, end: int) -> float:
+def region_u(result: ScoreResult, start: int, end: int) -> float | None:
     """How uncertain ``result`` is over characters [start, end): the highest û of its spans that
-    overlap them, or û_seq when none does (no claim the probe finds there)."""
+    overlap them, or û_seq when none does (no claim the probe finds there). For a given answer None
+    instead: its û_seq is mapped without the span term (`spanuq.model.calibration`), so it is not on
+    the scale of its spans' û, and a sentence without a claim would win every comparison."""
     us = [s.u for s in result.spans if s.start < end and s.end > start]
-    return max(us) if us else result.u_seq
+    if us:
+        return max(us)
+    return None if result.answer_source == "given" and result.calibration_source == "given" else result.u_seq
 
 
 def apply_edits(text: str, edits: list[tuple[int, int, str]]) -> tuple[str, list[tuple[int, int]]]:
@@ -261,12 +266,13 @@ def _regenerate(uq, before: ScoreResult, uncertain, common: dict) -> RefineResul
         results = uq.score_many([{"prompt": before.prompt, "response": t, "answer_source": before.answer_source}
                                  for t in texts], progress=False, return_errors=True) if texts else []
         scored += len(results)
-        best, best_u = None, region_u(current, start, end) - margin
+        now = region_u(current, start, end)
+        best, best_u = None, (1.0 if now is None else now) - margin
         for p, r in zip(pieces, results):
             if isinstance(r, Exception):
                 continue
             u = region_u(r, len(prefix), len(prefix) + len(p))
-            if u <= best_u:
+            if u is not None and u <= best_u:
                 best, best_u = (p, r), u
         if best is not None:
             p, current = best
