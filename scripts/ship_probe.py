@@ -213,16 +213,20 @@ def ship_recalibrated(args, out: Path) -> int:
 
     from spanuq.bench.run import commit
 
+    from spanuq.model.checkpoint import same_weights
+
     new = Path(args.recalibrated)
     card = read_json(out / CARD)
-    if sha256_file(new / "model.safetensors") != card["weights"]["sha256"]:
+    if (sha256_file(new / "model.safetensors") != card["weights"]["sha256"]
+            and not same_weights(new / "model.safetensors", out / "model.safetensors")):
         raise SystemExit(f"ship_probe: {new} holds other weights than the shipped probe: ship a trained run with --run")
     from spanuq.model.calibration import Calibration
 
     cal = read_json(new / "config.json")["calibration"]
 
     def own(c: dict) -> dict:  # the own-answer part, defaults filled in (older files leave them out)
-        return {k: v for k, v in Calibration.from_dict(c).as_dict().items() if k != "given"}
+        return {k: v for k, v in Calibration.from_dict({k: v for k, v in c.items() if k != "given"}).as_dict().items()
+                if k != "given"}
 
     if own(cal) != own(card["calibration"]):
         raise SystemExit("ship_probe: the own-answer calibration differs from the shipped one; its test metrics would "
@@ -245,9 +249,10 @@ def ship_recalibrated(args, out: Path) -> int:
 
 def source_line(name: str, c: dict) -> str:
     """One source's mapping and flag threshold, as the card states it."""
-    excess = f" + {c['excess']:.3f}·ε (the span's excess surprisal)" if c.get("excess") else ""
+    span = (f" + {c.get('surprisal', 0.0):.3f}·S − {c.get('context', 0.0):.3f}·H₀ (the span's surprisal S, the "
+            "entropy H₀ where it begins)") if c.get("surprisal") or c.get("context") else ""
     b = c.get("bias", 0.0)
-    return (f"{name}: û = σ(logit(raw)/{c.get('temperature', 1.0):.3f} {'−' if b < 0 else '+'} {abs(b):.3f}{excess}), shown as likely "
+    return (f"{name}: û = σ(logit(raw)/{c.get('temperature', 1.0):.3f} {'−' if b < 0 else '+'} {abs(b):.3f}{span}), shown as likely "
             f"wrong from {c.get('flag', 0.5):.3f}, refine margin {c.get('margin', 0.0):.3f}"
             + (f", subject unknown above entropy {c['unknown_entropy']:.3f}" if c.get("unknown_entropy") else ""))
 

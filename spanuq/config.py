@@ -372,6 +372,10 @@ class ScoreConfig(_Section):
     # source, fitted on dev pairs of answers that differ in one fact (`spanuq.metrics.ece.pair_margin`)
     refine_margin: float | None = Field(default=None, ge=0, le=1)
     refine_candidates: int = 4
+    # a candidate replaces a region only when each of its spans there is repeated by more than this share of
+    # the other candidates (the teacher's rule: a claim most re-samples repeat is supported), and a region
+    # whose uncertain spans more than this share repeat is kept; 0: any one other candidate repeating it will do
+    refine_agreement: float = Field(default=0.5, ge=0, lt=1)
     refine_max_new_tokens: int = 48
     refine_max_regions: int = 3
     # a conformal threshold fitted by `spanuq calibrate` (conformal.json beside the probe): when conformal_alpha is

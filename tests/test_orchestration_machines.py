@@ -34,6 +34,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from worktree import copy_worktree
 from servers import QUIET, free_port, mlflow_server, process, prefect_server
 
 pytestmark = pytest.mark.slow
@@ -67,13 +68,7 @@ def run(args: list[str], env: dict, cwd: Path, timeout: float = 1800) -> str:
 
 def make_origin(tmp: Path) -> Path:
     """`origin.git`: the project as committed here (the working tree's tracked and new files)."""
-    stage = tmp / "stage"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, check=True,
-                           capture_output=True, text=True).stdout.splitlines()
-    for f in files:
-        if (REPO / f).is_file():
-            (stage / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / f, stage / f)
+    stage = copy_worktree(REPO, tmp / "stage")
     env = {**os.environ, **IDENTITY}
     run(["git", "init", "-q", "-b", "main"], env, stage)
     run(["git", "add", "-A"], env, stage)

@@ -1,7 +1,6 @@
 """The DVC pipeline as a user drives it: `dvc repro` in a copy of this repo."""
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -10,17 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from worktree import copy_worktree
 
 BIN = Path(sys.executable).parent
 
 
 def _copy_repo(src: Path, dst: Path, params: dict) -> Path:
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=src, check=True,
-                           capture_output=True, text=True).stdout.split()
-    for f in files:
-        if (src / f).is_file():
-            (dst / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src / f, dst / f)
+    copy_worktree(src, dst)
     tree = yaml.safe_load((dst / "params.yaml").read_text())
     for key, value in params.items():
         node = tree

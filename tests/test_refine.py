@@ -49,22 +49,69 @@ def test_drop_everything_leaves_an_empty_answer_and_no_after_score(scorer):
     assert r.answer == "" and r.after is None and {s.action for s in r.spans} == {"dropped"}
 
 
-def test_regenerate_keeps_a_candidate_only_when_the_probe_finds_it_more_certain(scorer, monkeypatch):
+def _refine_settings(scorer, monkeypatch, **kw):
     score = scorer.cfg.score.model_copy(update={"refine_candidates": 3, "refine_max_regions": 1,
-                                                "refine_max_new_tokens": 16})
+                                                "refine_max_new_tokens": 16, **kw})
     monkeypatch.setattr(scorer, "cfg", scorer.cfg.model_copy(update={"score": score}))
-    r = scorer.refine(PROMPT, ANSWER, mode="regenerate", threshold=0.0)
+
+
+def test_regenerate_keeps_a_candidate_only_when_the_probe_finds_it_more_certain(scorer, monkeypatch):
+    _refine_settings(scorer, monkeypatch)
+    answer = ANSWER.replace("Canberra", "Zorblax")  # a first span none of the backbone's samples repeats
+    r = scorer.refine(PROMPT, answer, mode="regenerate", threshold=0.0)
     assert r.generations == 3 and 1 <= r.candidates_scored <= 3
     first = r.before.spans[0]  # the one region: from the first span to the end of its sentence
-    prefix, end = ANSWER[:first.start].rstrip(), ANSWER.index(".", first.start) + 1
-    if r.answer == ANSWER:
+    prefix, end = answer[:first.start].rstrip(), answer.index(".", first.start) + 1
+    if r.answer == answer:
         assert {s.action for s in r.spans} == {"unchanged"}
     else:
         new = next(s.new_text for s in r.spans if s.action == "regenerated")
-        assert r.answer == prefix + new + ANSWER[end:]  # the rest of the answer is kept as it was
+        assert r.answer == prefix + new + answer[end:]  # the rest of the answer is kept as it was
         at = len(prefix)
         assert region_u(r.after, at, at + len(new)) < region_u(r.before, first.start, end)
         assert r.after.answer == r.answer
+
+
+def _says(scorer, monkeypatch, continuations):
+    """The backbone's continuations fixed, to read refine's agreement rule on known samples."""
+    monkeypatch.setattr(scorer, "sample", lambda texts, n, *a, **k: [continuations[:n] for _ in texts])
+
+
+def test_a_region_the_backbones_samples_repeat_is_kept_without_scoring_a_candidate(scorer, monkeypatch):
+    _refine_settings(scorer, monkeypatch, refine_margin=0.0)
+    _says(scorer, monkeypatch, ["Canberra is the capital of Australia. More text."] * 3)
+    answer = "Canberra is the capital of Australia."
+    r = scorer.refine(PROMPT, answer, mode="regenerate", threshold=0.0)
+    assert r.answer == answer and r.candidates_scored == 0
+    assert {s.action for s in r.spans} == {"unchanged"}
+
+
+def test_no_candidate_wins_where_the_backbones_samples_disagree(scorer, monkeypatch):
+    _refine_settings(scorer, monkeypatch, refine_margin=0.0)
+    _says(scorer, monkeypatch, ["Sydney is the capital of Australia.", "Melbourne is its capital city.",
+                                "Perth has been the seat of government."])
+    answer = "Darwin is the capital of Australia."
+    r = scorer.refine(PROMPT, answer, mode="regenerate", threshold=0.0)
+    assert r.candidates_scored == 3  # each was scored, none was repeated by the others
+    assert r.answer == answer and {s.action for s in r.spans} == {"unchanged"}
+
+
+def test_a_candidate_the_samples_agree_on_can_replace_the_region(scorer, monkeypatch):
+    from spanuq.score.refine import support
+
+    said = ["Canberra is the capital of Australia."] * 3
+    assert support("Canberra", said) == 1.0 and support("capital of Australia", said[:1] + ["Perth."] * 2) == 1 / 3
+    _refine_settings(scorer, monkeypatch, refine_margin=0.0)
+    _says(scorer, monkeypatch, said)
+    answer = "Darwin is the capital of Australia."
+    r = scorer.refine(PROMPT, answer, mode="regenerate", threshold=0.0)
+    assert r.candidates_scored == 1  # the three samples are one candidate
+    first = min(s.start for s in r.before.spans)
+    prefix = answer[:first].rstrip()
+    candidate = prefix + " " * bool(prefix) + said[0]
+    u = region_u(scorer.score(PROMPT, candidate), len(prefix), len(candidate))
+    more_certain = u is not None and u <= region_u(r.before, first, len(answer))
+    assert r.answer == (candidate if more_certain else answer)
 
 
 def test_sample_continues_a_text_with_either_generator(scorer, monkeypatch):

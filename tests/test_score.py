@@ -134,10 +134,11 @@ def test_load_from_an_mlflow_model_uri(probe_dir, make_cfg):
         resolve_checkpoint(None, make_cfg("backbone.name=qwen3-14b"))
 
 
-def test_a_given_answers_mapping_adds_each_spans_excess_surprisal(probe_dir, tmp_path, repo_root):
-    """A probe whose given-answer mapping reads ε (`Calibration.for_source`) moves each span of a
-    pasted answer by w·ε on the logit scale, ε from the same teacher-forced pass: doubling w doubles
-    each span's move, and the moves differ from span to span."""
+def test_a_given_answers_mapping_adds_each_spans_surprisal(probe_dir, tmp_path, repo_root):
+    """A probe whose given-answer mapping reads the span's surprisal S and the entropy H₀ where it
+    begins (`Calibration.for_source`) moves each span of a pasted answer by w·S − v·H₀ on the logit
+    scale, both from the same teacher-forced pass: doubling (w, v) doubles each span's move, and the
+    moves differ from span to span."""
     import shutil
 
     import numpy as np
@@ -149,15 +150,15 @@ def test_a_given_answers_mapping_adds_each_spans_excess_surprisal(probe_dir, tmp
     cfg = load_config(repo_root / "params.yaml", [f"paths.data={tmp_path / 'data'}", f"paths.cache={tmp_path / 'cache'}"])
     answer = "Marie Curie won the Nobel Prize in Physics in 1938 and in Chemistry in 1911."
     u = {}
-    for w in (0.0, 0.5, 1.0):
+    for w in (0.0, 0.25, 0.5):
         d = tmp_path / f"probe-w{w}"
         shutil.copytree(probe_dir, d)
         meta = json.loads((d / "config.json").read_text())
-        meta["calibration"]["given"] = {"temperature": 1.0, "bias": 0.0, "flag": 0.5, "excess": w}
+        meta["calibration"]["given"] = {"temperature": 1.0, "bias": 0.0, "flag": 0.5, "surprisal": w, "context": w}
         (d / "config.json").write_text(json.dumps(meta))
         with SpanUQ.load(d, cfg=cfg, threshold=0.0) as uq:
             r = uq.score("Who was Marie Curie?", response=answer)
         u[w] = np.array([s.u for s in r.spans])
     assert len(u[0.0]) >= 2 and all(len(v) == len(u[0.0]) for v in u.values())
-    move_half, move_one = logit(u[0.5]) - logit(u[0.0]), logit(u[1.0]) - logit(u[0.0])
+    move_half, move_one = logit(u[0.25]) - logit(u[0.0]), logit(u[0.5]) - logit(u[0.0])
     assert np.allclose(move_one, 2 * move_half, atol=1e-3) and np.ptp(move_one) > 0.1

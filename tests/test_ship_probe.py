@@ -34,7 +34,7 @@ def recalibrated(tmp_path, name: str, **own_changes) -> Path:
     shutil.copy2(SHIPPED / "model.safetensors", d / "model.safetensors")
     meta = json.loads((SHIPPED / "config.json").read_text())
     meta["calibration"].update(own_changes)
-    meta["calibration"]["given"] = {"temperature": 20.0, "bias": -2.4, "excess": 0.33, "flag": 0.46}
+    meta["calibration"]["given"] = {"temperature": 20.0, "bias": -2.4, "surprisal": 0.33, "context": 0.5, "flag": 0.46}
     (d / "config.json").write_text(json.dumps(meta))
     (d / "recalibration.json").write_text(json.dumps({"given": {"fitted_on": "slots", "slots": 86}}))
     return d
@@ -44,13 +44,13 @@ def test_a_recalibrated_probe_replaces_only_the_calibration_and_says_so_on_the_c
     new = recalibrated(tmp_path, "recal")
     assert ship_probe().main(["--recalibrated", str(new), "--out", str(shipped_copy)]) == 0
     out = shipped_copy / "smollm2-135m"
-    assert json.loads((out / "config.json").read_text())["calibration"]["given"]["excess"] == 0.33
+    assert json.loads((out / "config.json").read_text())["calibration"]["given"]["surprisal"] == 0.33
     card = json.loads((out / "card.json").read_text())
     old = json.loads((SHIPPED / "card.json").read_text())
-    assert card["calibration"]["given"]["excess"] == 0.33 and card["recalibrated"]["given"]["slots"] == 86
+    assert card["calibration"]["given"]["surprisal"] == 0.33 and card["recalibrated"]["given"]["slots"] == 86
     assert card["metrics"] == old["metrics"] and card["weights"] == old["weights"]  # same weights, same own answers
     assert card["mushroom"] is None  # figures of the old calibration are not carried over
-    assert "0.330·ε" in (out / "MODEL_CARD.md").read_text()
+    assert "0.330·S − 0.500·H₀" in (out / "MODEL_CARD.md").read_text()
     assert sha256_file(out / "test_split.jsonl") == sha256_file(SHIPPED / "test_split.jsonl")
 
 
@@ -65,3 +65,20 @@ def test_it_refuses_a_changed_own_calibration_and_a_bench_of_another_calibration
     with pytest.raises(SystemExit, match="another calibration"):
         sp.main(["--recalibrated", str(new), "--planted", str(planted), "--out", str(shipped_copy)])
     assert (shipped_copy / "smollm2-135m" / "config.json").read_bytes() == (SHIPPED / "config.json").read_bytes()
+
+
+def test_the_same_tensors_saved_again_are_the_shipped_weights_and_changed_ones_are_not(tmp_path, shipped_copy):
+    from safetensors.torch import load_file, save_file
+
+    sp = ship_probe()
+    state = load_file(str(SHIPPED / "model.safetensors"))
+    resaved = recalibrated(tmp_path, "resaved")
+    save_file(state, str(resaved / "model.safetensors"), metadata={"version": "2", "format": "spanuq-probe"})
+    assert sp.main(["--recalibrated", str(resaved), "--out", str(shipped_copy)]) == 0
+    out = shipped_copy / "smollm2-135m"
+    assert sha256_file(out / "model.safetensors") == sha256_file(SHIPPED / "model.safetensors")  # the package's bytes
+    changed = recalibrated(tmp_path, "changed")
+    first = next(iter(state))
+    save_file({**state, first: state[first] + 1e-3}, str(changed / "model.safetensors"))
+    with pytest.raises(SystemExit, match="other weights"):
+        sp.main(["--recalibrated", str(changed), "--out", str(shipped_copy)])

@@ -143,42 +143,71 @@ def test_given_answers_get_their_own_mapping_and_likely_wrong_threshold_fitted_o
     assert load_checkpoint(tmp_path / "probe").calibration == calibration
 
 
-def test_given_answers_mapping_reads_the_slots_excess_surprisal(make_cfg, tmp_path):
+def test_given_answers_mapping_reads_the_slots_surprisal_against_the_entropy_where_it_begins(make_cfg, tmp_path):
     """With enough swapped slots in the dev given answers, their mapping is fitted on the slots alone
-    with the span's excess surprisal ε = Σ (surprisal − entropy): here only ε tells a wrong slot from
-    a right one (the probe never saw a slot), and the fitted mapping ranks them by it."""
+    with each span's surprisal S and the entropy H₀ where it begins: here a slot is wrong when the
+    backbone was surer (lower H₀) than the surprisal it met shows, which only w·S − v·H₀ tells (the
+    probe never saw a slot, S alone mixes open places with wrong values); the mapping ranks by it."""
     from sklearn.metrics import roc_auc_score
 
-    from spanuq.model.calibration import excess_surprisal
+    from spanuq.model.calibration import span_surprisal
 
     cfg = _cfg(make_cfg, warmup_epochs=2, joint_epochs=2, patience=10)
     dev, given = synthetic_examples(6, seed=1), synthetic_examples(40, seed=3)
     g = torch.Generator().manual_seed(4)
     for k, e in enumerate(given):
         T = int(e.h.shape[0])
-        e.entropy = 2.0 + torch.rand(T, generator=g)
-        e.surprisal = e.entropy.clone()  # every token as surprising as the backbone expects: ε = 0
+        e.entropy = 0.5 + 4.0 * torch.rand(T, generator=g)  # open places and settled ones
+        e.surprisal = e.entropy.clone()
         wrong = k % 2 == 0
         e.meta["slot"] = 0
         b, end = e.spans[0].tolist()
-        e.surprisal[b] = e.entropy[b] + (4.0 if wrong else 0.2)  # the backbone expected something else
+        e.surprisal[b: end + 1] = 0.0
+        e.surprisal[b] = e.entropy[b] + (1.5 if wrong else 0.2)  # the backbone expected something else
         e.u = torch.zeros_like(e.u)
         e.u[0] = float(wrong)
     model, _ = train_probe(cfg, synthetic_examples(8), dev, progress=False)
     calibration, calib = calibrate_on_dev(model, dev, cfg, "cpu", given=given)
     info = calib["given"]
-    assert info["fitted_on"] == "slots" and info["slots"] == 40 and info["excess"] > 0.5
+    assert info["fitted_on"] == "slots" and info["slots"] == 40 and info["surprisal"] > 0.3 and info["context"] > 0.3
     for_given = calibration.for_source("given")
-    assert for_given.reads_excess and not calibration.reads_excess  # own answers do not read ε
-    preds = predict(model, given, for_given)  # every shown span reads its own ε
+    assert for_given.reads_surprisal and not calibration.reads_surprisal  # own answers do not read S
+    preds = predict(model, given, for_given)  # every shown span reads its own S and H₀
     assert all(np.all((p.u >= 0) & (p.u <= 1)) for p in preds)
-    eps = [excess_surprisal(e.surprisal, e.entropy, e.spans[:1].numpy())[0] for e in given]
-    slot_u = for_given.scores(np.full(len(given), 0.5), np.array(eps))
-    assert roc_auc_score([float(e.u[0]) for e in given], slot_u) == 1.0
-    with pytest.raises(ValueError, match="excess surprisal"):  # no surprisal stored: a clear error
+    sh = np.concatenate([span_surprisal(e.surprisal, e.entropy, e.spans[:1].numpy()) for e in given])
+    labels = [float(e.u[0]) for e in given]
+    slot_u = for_given.scores(np.full(len(given), 0.5), sh)
+    assert roc_auc_score(labels, slot_u) == 1.0 and roc_auc_score(labels, sh[:, 0]) < 1.0
+    with pytest.raises(ValueError, match="surprisal"):  # no surprisal stored: a clear error
         predict(model, synthetic_examples(2, seed=5), for_given)
     save_checkpoint(model, TINY, 32, tmp_path / "probe", calibration)
     assert load_checkpoint(tmp_path / "probe").calibration.for_source("given") == for_given
+
+
+def test_a_new_calibration_is_saved_without_touching_the_weights_file(tmp_path):
+    from dataclasses import replace
+
+    from spanuq.model.calibration import Calibration
+    from spanuq.model.checkpoint import save_calibration
+    from spanuq.model.probe import SpanUQProbe
+    from spanuq.pipeline.files import sha256_file
+
+    calibration = Calibration(temperature=1.3)
+    save_checkpoint(SpanUQProbe(TINY, 32), TINY, 32, tmp_path, calibration)
+    before = sha256_file(tmp_path / "model.safetensors")
+    refitted = replace(calibration, given={"temperature": 20.0, "bias": -1.0, "surprisal": 0.2, "context": 0.7})
+    save_calibration(tmp_path, refitted)
+    assert sha256_file(tmp_path / "model.safetensors") == before
+    assert load_checkpoint(tmp_path).calibration == refitted
+
+
+def test_a_given_mapping_of_the_earlier_form_is_left_out_with_a_warning():
+    from spanuq.model.calibration import Calibration
+
+    stored = {"temperature": 1.0, "excess": 0.0, "given": {"temperature": 20.0, "bias": -2.0, "excess": 0.27}}
+    with pytest.warns(UserWarning, match="spanuq recalibrate"):
+        c = Calibration.from_dict(stored)
+    assert c.given is None and c.for_source("given") == c
 
 
 def test_a_subject_the_backbone_does_not_know_is_told_by_flat_predictions_before_its_claims():

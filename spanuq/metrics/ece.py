@@ -75,27 +75,30 @@ def fit_temperature(u_true, u_pred, bounds: tuple[float, float] = T_BOUNDS) -> f
 def fit_platt(u_true, u_pred, bounds: tuple[float, float] = T_BOUNDS) -> tuple[float, float]:
     """``(T, b)`` minimising ``soft_bce(u*, logit(û) / T + b)``: temperature scaling with a bias
     (Platt scaling on the logit), for scores whose level is off as well as their spread — û of
-    answers the backbone did not write. `fit_platt_excess` without the span term."""
-    t, b, _ = fit_platt_excess(u_true, u_pred, np.zeros(np.size(u_pred)), bounds)
+    answers the backbone did not write. `fit_platt_surprisal` without the span term."""
+    t, b, _, _ = fit_platt_surprisal(u_true, u_pred, np.zeros((np.size(u_pred), 2)), bounds)
     return t, b
 
 
-def fit_platt_excess(u_true, u_pred, excess, bounds: tuple[float, float] = T_BOUNDS) -> tuple[float, float, float]:
-    """``(T, b, w)`` minimising ``soft_bce(u*, logit(û) / T + b + w · ε)``: `fit_platt` with the
-    span's excess surprisal ε as a second input (`spanuq.model.calibration`). w ≥ 0: a span that
-    surprised the backbone more is never read as more likely right. Convex in (1/T, b, w)."""
+def fit_platt_surprisal(u_true, u_pred, span, bounds: tuple[float, float] = T_BOUNDS
+                        ) -> tuple[float, float, float, float]:
+    """``(T, b, w, v)`` minimising ``soft_bce(u*, logit(û) / T + b + w · S − v · H₀)``: `fit_platt`
+    with each span's surprisal S and the entropy H₀ where it begins (``span``: (n, 2), from
+    `spanuq.model.calibration.span_surprisal`). w, v ≥ 0: a span that surprised the backbone more
+    is never read as more likely right, nor one where it expected more. Convex in (1/T, b, w, v)."""
     from scipy.optimize import minimize
 
     y = unit_interval(u_true, "u_true")
     z = clipped_logit(unit_interval(u_pred))
-    x = np.asarray(excess, dtype=np.float64).ravel()
-    if not (y.shape == z.shape == x.shape):
-        raise ValueError(f"u_true {y.shape}, u_pred {z.shape} and excess {x.shape} differ in length")
+    x = np.asarray(span, dtype=np.float64).reshape(-1, 2)
+    if not (y.shape == z.shape and len(x) == len(y)):
+        raise ValueError(f"u_true {y.shape}, u_pred {z.shape} and span surprisal {x.shape} differ in length")
     if y.size == 0:
         raise ValueError("cannot fit a calibration on zero items")
-    res = minimize(lambda w: soft_bce(y, z * w[0] + w[1] + x * w[2]), x0=np.array([1.0, 0.0, 0.0]),
-                   method="L-BFGS-B", bounds=[(1.0 / bounds[1], 1.0 / bounds[0]), (-20.0, 20.0), (0.0, 5.0)])
-    return float(1.0 / res.x[0]), float(res.x[1]), float(res.x[2])
+    res = minimize(lambda w: soft_bce(y, z * w[0] + w[1] + x[:, 0] * w[2] - x[:, 1] * w[3]),
+                   x0=np.array([1.0, 0.0, 0.0, 0.0]), method="L-BFGS-B",
+                   bounds=[(1.0 / bounds[1], 1.0 / bounds[0]), (-20.0, 20.0), (0.0, 5.0), (0.0, 5.0)])
+    return float(1.0 / res.x[0]), float(res.x[1]), float(res.x[2]), float(res.x[3])
 
 
 def flag_threshold(u_true, u_cal, precision: float, positive: float = 0.5, min_flagged: int = 10,

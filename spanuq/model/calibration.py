@@ -14,18 +14,19 @@ An answer the backbone did not write (pasted, another model's) is read teacher-f
 looks unlike the backbone's own answers to the probe, so it gets a mapping of its own,
 `Calibration.for_source`, fitted on the dev split's given answers (`spanuq.label.given`):
 
-    û_given = σ(logit(û) / T + b + w · ε),   ε = Σ_{t ∈ span} (s_t − e_t)
+    û_given = σ(logit(û) / T + b + w · S − v · H₀),   S = Σ_{t ∈ span} s_t,   H₀ = e_{first token of the span}
 
-where s_t = −log p(y_t | x, y_<t) is the token's surprisal and e_t the entropy of the backbone's
-distribution there (`excess_surprisal`). e_t is the surprisal the backbone expects at t, so on
-text sampled from it E[s_t − e_t] = 0 at every t: ε has mean 0 whatever the span's length,
-and is large only where the backbone was confident of something else — a wrong year in a question
-it knows raises ε, a name it never learnt (high e_t) does not. Surprisal alone ranks a wrong fact
-above the right one in the same sentence but not across spans (a rare right name, a long span are
-surprising too); subtracting e_t makes it comparable across spans. ``w = 0`` is Platt scaling (T and b,
-`spanuq.metrics.ece.fit_platt`). Each source also stores ``flag``, the calibrated û at and above
-which a span is shown as likely wrong, chosen on dev for precision. û_seq maps without the span
-term (ε belongs to a span).
+where s_t = −log p(y_t | x, y_<t) is the token's surprisal under the backbone and e_t the entropy
+of its next-token distribution at t (`span_surprisal`). S is what the backbone knows: two answers
+that differ in one fact share everything before it, so H₀ is the same for both and their order is
+the backbone's likelihood ratio, the wrong year more surprising than the right one where it knows
+the answer. H₀ is how open that place was — after "was born in" any year is surprising, after
+"Paris is the capital of" one word is not — and puts spans of different answers on one scale.
+Only the first token's entropy is used: after an unexpected token the backbone's entropy rises,
+so subtracting the entropy of later tokens would discount exactly the surprise a planted value
+causes. ``w = v = 0`` is Platt scaling (T and b, `spanuq.metrics.ece.fit_platt`). Each source also
+stores ``flag``, the calibrated û at and above which a span is shown as likely wrong, chosen on dev
+for precision. û_seq maps without the span term (S and H₀ belong to a span).
 """
 from __future__ import annotations
 
@@ -51,13 +52,14 @@ def clipped_logit(u: np.ndarray) -> np.ndarray:
     return logit(np.clip(u, EPS, 1.0 - EPS))
 
 
-def excess_surprisal(surprisal, entropy, spans) -> np.ndarray:
-    """ε of each inclusive token span ``(b, e)``: the sum over its tokens of surprisal − entropy
-    (module docstring). ``surprisal``, ``entropy``: (T,) per answer token."""
+def span_surprisal(surprisal, entropy, spans) -> np.ndarray:
+    """(S, H₀) of each inclusive token span ``(b, e)`` (module docstring): the sum of its tokens'
+    surprisal and the entropy where it begins. ``surprisal``, ``entropy``: (T,) per answer token.
+    Returns (n, 2)."""
     s = np.asarray(surprisal, dtype=np.float64).ravel()
-    d = s - np.asarray(entropy, dtype=np.float64).ravel()[: len(s)]
+    h = np.asarray(entropy, dtype=np.float64).ravel()
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-    return np.array([d[b: e + 1].sum() for b, e in spans], dtype=np.float64)
+    return np.array([(s[b: e + 1].sum(), h[b]) for b, e in spans], dtype=np.float64).reshape(-1, 2)
 
 
 def apply_temperature(u_pred, temperature: float) -> np.ndarray:
@@ -75,7 +77,7 @@ class Calibration:
     """How a probe's outputs become the scores and spans a reader sees (stored with the checkpoint).
 
     ``temperature`` T and ``bias`` b map raw û to ``σ(logit(û)/T + b)`` (T = 1, b = 0: raw û),
-    ``excess`` w adds ``w · ε`` of the span's excess surprisal (module docstring; 0: not read);
+    ``surprisal`` w and ``context`` v add ``w · S − v · H₀`` of the span (module docstring; 0: not read);
     ``validity_threshold``: a query is shown when its validity p reaches it; ``dup_iou``: a shown
     span whose token IoU with a higher-validity shown span exceeds it is a duplicate and is
     dropped; ``flag``: a span at or above this calibrated û is shown as likely wrong (chosen on
@@ -89,7 +91,8 @@ class Calibration:
     bias: float = 0.0
     flag: float = 0.5
     margin: float = 0.0
-    excess: float = 0.0
+    surprisal: float = 0.0
+    context: float = 0.0
     given: dict | None = field(default=None, hash=False, compare=True)
 
     def __post_init__(self) -> None:
@@ -98,24 +101,24 @@ class Calibration:
         if self.given is not None and not self.given.get("temperature", 1.0) > 0:
             raise ValueError(f"given-answer temperature must be > 0, got {self.given['temperature']}")
 
-    def scores(self, u_raw, excess=None) -> np.ndarray:
-        """Calibrated û of raw û (the identity at T = 1, b = 0, w = 0). ``excess``: ε of each
-        span (`excess_surprisal`), needed when w ≠ 0; None leaves the span term out (û_seq)."""
+    def scores(self, u_raw, span=None) -> np.ndarray:
+        """Calibrated û of raw û (the identity at T = 1, b = 0, w = v = 0). ``span``: (S, H₀) of each
+        span (`span_surprisal`), needed when w or v ≠ 0; None leaves the span term out (û_seq)."""
         u = np.asarray(u_raw, dtype=np.float64)
         term = 0.0
-        if self.excess != 0.0 and excess is not None:
-            eps = np.asarray(excess, dtype=np.float64)
-            if eps.shape != u.shape:
-                raise ValueError(f"excess surprisal {eps.shape} and û {u.shape} differ in shape")
-            term = self.excess * eps.ravel()
+        if self.reads_surprisal and span is not None:
+            sh = np.asarray(span, dtype=np.float64).reshape(-1, 2)
+            if len(sh) != u.size:
+                raise ValueError(f"{len(sh)} span surprisals for {u.size} û")
+            term = self.surprisal * sh[:, 0] - self.context * sh[:, 1]
         if self.temperature == 1.0 and self.bias == 0.0 and np.all(term == 0.0):
             return u
-        return expit(clipped_logit(unit_interval(u)) / self.temperature + self.bias + term).reshape(u.shape)
+        return expit(clipped_logit(unit_interval(u)).ravel() / self.temperature + self.bias + term).reshape(u.shape)
 
     @property
-    def reads_excess(self) -> bool:
-        """Whether these scores need each span's excess surprisal (w ≠ 0)."""
-        return self.excess != 0.0
+    def reads_surprisal(self) -> bool:
+        """Whether these scores need each span's surprisal and entropy (w or v ≠ 0)."""
+        return self.surprisal != 0.0 or self.context != 0.0
 
     def for_source(self, source: str) -> "Calibration":
         """The calibration of answers of ``source``: ``generated`` (the backbone's own, this one) or
@@ -127,7 +130,7 @@ class Calibration:
         g = self.given
         return replace(self, temperature=float(g.get("temperature", 1.0)), bias=float(g.get("bias", 0.0)),
                        flag=float(g.get("flag", self.flag)), margin=float(g.get("margin", self.margin)),
-                       excess=float(g.get("excess", 0.0)), given=None)
+                       surprisal=float(g.get("surprisal", 0.0)), context=float(g.get("context", 0.0)), given=None)
 
     def with_threshold(self, threshold: float | None) -> "Calibration":
         """This calibration with another validity threshold (None keeps it)."""
@@ -135,13 +138,23 @@ class Calibration:
 
     def raw(self) -> "Calibration":
         """This calibration without the û mapping: û as the probe gives it (for every source)."""
-        return replace(self, temperature=1.0, bias=0.0, excess=0.0, given=None)
+        return replace(self, temperature=1.0, bias=0.0, surprisal=0.0, context=0.0, given=None)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Calibration":
+        """The calibration stored in a checkpoint's ``config.json``. A given-answer mapping of an earlier
+        form (``excess``: Σ(surprisal − entropy), no longer computed) is left out with a warning: such a
+        probe scores given answers with its own-answer calibration until `spanuq recalibrate` refits it."""
         given = d.get("given")
-        return cls(**{k: float(v) for k, v in d.items() if k != "given"},
+        if given is not None and "excess" in given:
+            import warnings
+
+            warnings.warn("this probe's given-answer calibration reads Σ(surprisal − entropy), an earlier form: it "
+                          "is ignored (given answers get the own-answer calibration); refit it with "
+                          "`spanuq recalibrate --probe DIR`", stacklevel=2)
+            given = None
+        return cls(**{k: float(v) for k, v in d.items() if k not in ("given", "excess")},
                    given=None if given is None else {k: float(v) for k, v in given.items()})

@@ -48,6 +48,23 @@ def save_checkpoint(model: SpanUQProbe, cfg: ProbeConfig, d_model: int, path_dir
     return path
 
 
+def save_calibration(path_dir: str | Path, calibration: Calibration) -> Path:
+    """Replace the calibration in ``path_dir/config.json``, the weights file untouched (its bytes and
+    sha256 stay: benchmarks name what they scored by it)."""
+    path = Path(path_dir) / CONFIG
+    meta = json.loads(path.read_text())
+    meta["calibration"] = calibration.as_dict()
+    path.write_text(json.dumps(meta, indent=2, sort_keys=True))
+    return Path(path_dir)
+
+
+def same_weights(a: str | Path, b: str | Path) -> bool:
+    """Whether two weight files hold the same tensors (two saves of one state differ in bytes: the
+    safetensors header lists its metadata in no fixed order)."""
+    x, y = load_file(str(a)), load_file(str(b))
+    return x.keys() == y.keys() and all(x[k].dtype == y[k].dtype and torch.equal(x[k], y[k]) for k in x)
+
+
 def calibration_sha256(path_dir: str | Path) -> str:
     """sha256 of the checkpoint's calibration (canonical JSON): with the weights' sha256 it names
     what a benchmark scored, since `spanuq recalibrate` changes scores without touching the weights."""

@@ -31,7 +31,7 @@ from typing import Protocol, Sequence
 import numpy as np
 import torch
 
-from .calibration import Calibration, excess_surprisal
+from .calibration import Calibration, span_surprisal
 from .span_ops import normalized_to_token_spans, suppress_duplicates
 
 
@@ -225,9 +225,9 @@ class PostProcess:
                  answers: Sequence[Answer | None] | None = None, prompt_ids: Sequence[str] | None = None,
                  surprisal: torch.Tensor | None = None, entropy: torch.Tensor | None = None) -> list[Prediction]:
         cal = self.calibration
-        if cal.reads_excess and (surprisal is None or entropy is None):
-            raise ValueError("this calibration reads each span's excess surprisal (a given-answer mapping "
-                             "with w != 0): the answers' token surprisal and entropy are needed")
+        if cal.reads_surprisal and (surprisal is None or entropy is None):
+            raise ValueError("this calibration reads each span's surprisal (a given-answer mapping with w or "
+                             "v != 0): the answers' token surprisal and entropy are needed")
         tok = normalized_to_token_spans(outputs["spans"], lengths[:, None]).cpu().numpy()
         p = outputs["validity_logits"].sigmoid().cpu().numpy().astype(np.float64)
         u_raw = outputs["u"].cpu().numpy().astype(np.float64)
@@ -246,7 +246,7 @@ class PostProcess:
                                  dtype=np.int64).reshape(-1, 2)
             out.append(Prediction(
                 prompt_id=prompt_ids[i] if prompt_ids is not None else str(i), spans=spans,
-                u=cal.scores(u_raw[i], excess_surprisal(surprisal[i, :n], entropy[i, :n], spans) if cal.reads_excess
+                u=cal.scores(u_raw[i], span_surprisal(surprisal[i, :n], entropy[i, :n], spans) if cal.reads_surprisal
                              else None), validity=p[i], u_seq=float(cal.scores(np.array([u_seq[i]]))[0]),
                 keep=select_spans(spans, p[i], cal.validity_threshold, cal.dup_iou), u_raw=u_raw[i],
                 u_seq_raw=float(u_seq[i]), nu=nu[i], chars=chars, threshold=cal.validity_threshold))
@@ -304,7 +304,7 @@ def predict(probe, items: Sequence[States], calibration: Calibration, answers: S
         for s in range(0, len(items), batch_size):
             batch = items[s: s + batch_size]
             h, ent, mask, lengths = (x.to(device) for x in pad_states(batch))
-            sur = pad_surprisal(batch) if probe.cfg.use_surprisal or calibration.reads_excess else None
+            sur = pad_surprisal(batch) if probe.cfg.use_surprisal or calibration.reads_surprisal else None
             o = probe(h, ent if probe.cfg.use_entropy else None, mask, lengths,
                       surprisal=None if sur is None or not probe.cfg.use_surprisal else sur.to(device))
             out += post(o, lengths, answers[s: s + batch_size] if answers is not None else None,

@@ -31,6 +31,12 @@ is acted on:
   answers), so both sides of the comparison are read the same way: the backbone's own
   continuation always looks surer to it than someone else's words, and without the margin a
   right fact the backbone does not know would be swapped for a wrong one it prefers.
+  The continuations are also the teacher's check (`spanuq.label`: a claim is supported when
+  most re-samples repeat it) read at refine time, `support`: a region whose uncertain spans
+  most continuations repeat is kept as it is (the backbone stands by it), and a candidate can
+  win only when every span it has over the region is repeated by more than
+  ``score.refine_agreement`` of the *other* continuations — where the backbone does not
+  know, its samples disagree and nothing is replaced, however sure the probe is of one of them.
 
 `RefineResult` gives the answer before and after with both scores and, for every
 span of the original answer, what was done to it and its û before and after.
@@ -104,6 +110,24 @@ def region_u(result: ScoreResult, start: int, end: int) -> float | None:
     if us:
         return max(us)
     return None if result.answer_source == "given" and result.calibration_source == "given" else result.u_seq
+
+
+def support(claim: str, continuations: list[str]) -> float:
+    """The share of ``continuations`` that repeat ``claim`` (whole words, any case; 0 when there are none)."""
+    from ..label.plant import find_value
+
+    return sum(find_value(c, [claim]) is not None for c in continuations) / len(continuations) if continuations else 0.0
+
+
+def _words(text: str, start: int, end: int, lo: int, hi: int) -> str:
+    """The words of ``text`` that characters [start, end) touch, inside [lo, hi) (a span may end
+    inside a word: its tokens need not be whole words)."""
+    start, end = max(start, lo), min(end, hi)
+    while start > lo and text[start - 1].isalnum():
+        start -= 1
+    while end < hi and text[end].isalnum():
+        end += 1
+    return text[start:end].strip()
 
 
 def apply_edits(text: str, edits: list[tuple[int, int, str]]) -> tuple[str, list[tuple[int, int]]]:
@@ -253,26 +277,31 @@ def _regenerate(uq, before: ScoreResult, uncertain, common: dict) -> RefineResul
         conts = uq.sample([chat + prefix], s.refine_candidates, s.refine_max_new_tokens,
                           seed=uq.cfg.generate.seed + 7919 * (k + 1))[0]
         generations += s.refine_candidates
-        pieces, texts = [], []
-        for c in conts:
-            piece = _first_sentence(c.strip())
-            if not piece:
-                continue
-            piece = ("" if piece[0] in _NO_SPACE_BEFORE else space or " " * bool(prefix)) + piece
+        said = [p for p in (_first_sentence(c.strip()) for c in conts) if p]  # every continuation, repeats kept
+        doubted = [_words(before.answer, sp.start, sp.end, a, b) for sp in uncertain if a <= sp.start < b]
+        if doubted and all(support(t, said) > s.refine_agreement for t in doubted):
+            continue  # the backbone's samples repeat what is there
+        pieces, texts, whose = [], [], []
+        for i, said_i in enumerate(said):
+            piece = ("" if said_i[0] in _NO_SPACE_BEFORE else space or " " * bool(prefix)) + said_i
             text = prefix + piece + answer[end:]
             if text != answer and text not in texts:
                 pieces.append(piece)
                 texts.append(text)
+                whose.append(i)
         results = uq.score_many([{"prompt": before.prompt, "response": t, "answer_source": before.answer_source}
                                  for t in texts], progress=False, return_errors=True) if texts else []
         scored += len(results)
         now = region_u(current, start, end)
         best, best_u = None, (1.0 if now is None else now) - margin
-        for p, r in zip(pieces, results):
+        for p, i, r in zip(pieces, whose, results):
             if isinstance(r, Exception):
                 continue
-            u = region_u(r, len(prefix), len(prefix) + len(p))
-            if u is not None and u <= best_u:
+            lo, hi = len(prefix), len(prefix) + len(p)
+            u = region_u(r, lo, hi)
+            others = said[:i] + said[i + 1:]
+            claims = [_words(r.answer, sp.start, sp.end, lo, hi) for sp in r.spans if sp.start < hi and sp.end > lo]
+            if u is not None and u <= best_u and all(support(t, others) > s.refine_agreement for t in claims):
                 best, best_u = (p, r), u
         if best is not None:
             p, current = best

@@ -2,7 +2,7 @@
 margin and subject-unknown threshold for answers the backbone did not write, fitted on the dev
 split's given answers (`spanuq.label.given`).
 
-* **mapping** û_given = σ(logit(û)/T + b + w·ε) (`spanuq.model.calibration`), fitted on the dev
+* **mapping** û_given = σ(logit(û)/T + b + w·S − v·H₀) (`spanuq.model.calibration`), fitted on the dev
   swaps' **slots**: the one fact of each answer another writer put there (a wrong value or the
   reference), whose label the reference decides. The other spans of a swapped answer are the
   backbone's own greedy words, labelled by its re-samples: they say how the backbone reads its own
@@ -25,9 +25,9 @@ from ..config import Config
 from ..evaluate.scoring import all_span_scores
 from ..features.dataset import ResponseExample
 from ..label.answer_ids import is_given, parent_id
-from ..metrics.ece import fit_platt, fit_platt_excess, flag_threshold, pair_margin
+from ..metrics.ece import fit_platt, fit_platt_surprisal, flag_threshold, pair_margin
 from ..metrics.uq import to_numpy
-from ..model.calibration import Calibration, excess_surprisal
+from ..model.calibration import Calibration, span_surprisal
 from ..model.postprocess import Answer, predict
 from ..model.unknown import fit_unknown_threshold, knowledge_entropy
 
@@ -49,19 +49,19 @@ def calibrate_given(model, given: list[ResponseExample], calibration: Calibratio
     n_wrong = int((y_slot >= ec.positive_threshold).sum())
     if len(slot) >= MIN_SLOTS and 0 < n_wrong < len(slot):
         s = np.array([raw[k][j] for k, j in slot])
-        eps = np.array([span_excess(given[k])[j] for k, j in slot])
-        t, b, w = fit_platt_excess(y_slot, s, eps)
+        sh = np.array([span_terms(given[k])[j] for k, j in slot])
+        t, b, w, v = fit_platt_surprisal(y_slot, s, sh)
         y, fitted_on = y_slot, {"fitted_on": "slots", "slots": len(slot)}
     else:
-        y, s, eps = np.concatenate([e.u.numpy() for e in given]), np.concatenate(raw), None
+        y, s, sh = np.concatenate([e.u.numpy() for e in given]), np.concatenate(raw), None
         if len(y) < 2 or np.ptp(y) == 0:
             return calibration, {"used": False, "reason": "too few or one-class given dev spans"}
-        (t, b), w = fit_platt(y, s), 0.0
+        (t, b), w, v = fit_platt(y, s), 0.0, 0.0
         fitted_on = {"fitted_on": "spans", "spans": int(len(y))}
-    mapped = replace(calibration, temperature=t, bias=b, excess=w, given=None)
-    flag, flag_info = flag_threshold(y, mapped.scores(s, eps), ec.flag_precision, ec.positive_threshold)
-    fitted = {"temperature": t, "bias": b, "flag": flag, **({"excess": w} if w else {})}
-    scores = [mapped.scores(x, span_excess(e) if w else None) for e, x in zip(given, raw)]
+    mapped = replace(calibration, temperature=t, bias=b, surprisal=w, context=v, given=None)
+    flag, flag_info = flag_threshold(y, mapped.scores(s, sh), ec.flag_precision, ec.positive_threshold)
+    fitted = {"temperature": t, "bias": b, "flag": flag, **({"surprisal": w, "context": v} if w or v else {})}
+    scores = [mapped.scores(x, span_terms(e) if mapped.reads_surprisal else None) for e, x in zip(given, raw)]
     pairs = slot_pairs(given, scores)
     if own:
         pairs += swap_pairs(given, scores, own, own_scores(model, own, calibration, mapped, cfg, device))
@@ -76,11 +76,11 @@ def calibrate_given(model, given: list[ResponseExample], calibration: Calibratio
              "margin_dev": margin_info, "unknown_dev": unknown_info})
 
 
-def span_excess(e: ResponseExample) -> np.ndarray:
-    """ε of each labelled span of an answer (0 where it has no stored surprisal)."""
+def span_terms(e: ResponseExample) -> np.ndarray:
+    """(S, H₀) of each labelled span of an answer (0 where it has no stored surprisal)."""
     if e.surprisal is None:
-        return np.zeros(len(e.u))
-    return excess_surprisal(e.surprisal, e.entropy, e.spans.numpy())
+        return np.zeros((len(e.u), 2))
+    return span_surprisal(e.surprisal, e.entropy, e.spans.numpy())
 
 
 def own_scores(model, own: list[ResponseExample], calibration: Calibration, mapped: Calibration, cfg: Config,
@@ -89,7 +89,7 @@ def own_scores(model, own: list[ResponseExample], calibration: Calibration, mapp
     refine reads a regenerated sentence inside a given answer)."""
     preds = predict(model, own, calibration.raw(), None, batch_size=cfg.train.batch_size, device=device)
     raw, _ = all_span_scores(preds, own, iou_threshold=cfg.evaluate.iou_threshold, key="u_raw")
-    return [mapped.scores(x, span_excess(e) if mapped.reads_excess else None) for e, x in zip(own, raw)]
+    return [mapped.scores(x, span_terms(e) if mapped.reads_surprisal else None) for e, x in zip(own, raw)]
 
 
 def swap_pairs(given: list[ResponseExample], given_scores: list[np.ndarray], own: list[ResponseExample],

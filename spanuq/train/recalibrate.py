@@ -18,7 +18,7 @@ from pathlib import Path
 from ..config import Config
 from ..features.dataset import answers, load_examples
 from ..llm.loading import load_tokenizer, resolve_device
-from ..model.checkpoint import load_checkpoint, save_checkpoint
+from ..model.checkpoint import load_checkpoint, save_calibration
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
 from .given_calibration import calibrate_given
@@ -41,15 +41,14 @@ def recalibrate(cfg: Config, probe_dir: str | Path | None = None) -> dict:
                                         answers(load_tokenizer(cfg), dev_given), dev)
     if not info.get("used"):
         raise ValueError(f"no given-answer mapping could be fitted: {info.get('reason')}")
-    probe_cfg = ck.probe.cfg
-    save_checkpoint(ck.probe, probe_cfg, ck.d_model, probe_dir, calibration, extra=ck.extra)
+    save_calibration(probe_dir, calibration)
     write_json(probe_dir / "recalibration.json", {"data": str(paths.root), "given": info})
     return info
 
 
 def run_recalibrate(args, cfg: Config) -> int:
     info = recalibrate(cfg, args.probe)
-    keys = ("fitted_on", "slots", "spans", "temperature", "bias", "excess", "flag", "margin", "unknown_entropy")
+    keys = ("fitted_on", "slots", "spans", "temperature", "bias", "surprisal", "context", "flag", "margin", "unknown_entropy")
     print(json.dumps({k: info[k] for k in keys if k in info}, indent=2))
     print(f"recalibrate: wrote {Path(args.probe) if args.probe else StagePaths.from_config(cfg).probe}/config.json")
     return 0
