@@ -210,3 +210,17 @@ def test_a_given_answers_sentence_without_a_span_never_wins_on_its_answer_score(
     assert region_u(mapped, tail, len(r.answer)) is None
     # the backbone's own answer: û_seq is on its spans' scale and stands for a region without a claim
     assert region_u(mapped.model_copy(update={"answer_source": "generated"}), tail, len(r.answer)) == r.u_seq
+
+
+def test_a_candidate_that_drops_a_trusted_fact_of_its_region_is_not_scored(scorer, monkeypatch):
+    answer = "Canberra, which Walter Griffin planned with Marion Griffin in 1913, is the capital of Australia."
+    spans = sorted(scorer.score(PROMPT, answer).spans, key=lambda s: s.start)
+    # a threshold under which an early span is doubtful and a later one in the same sentence is trusted
+    i, j = next((i, j) for i in range(len(spans)) for j in range(i + 1, len(spans)) if spans[j].u < spans[i].u)
+    threshold = (spans[i].u + spans[j].u) / 2
+    _refine_settings(scorer, monkeypatch, refine_margin=0.0)
+    _says(scorer, monkeypatch, ["Sydney is the capital of Australia."] * 3)  # repeated, but it drops the trusted span
+    assert spans[j].text not in "Sydney is the capital of Australia."
+    r = scorer.refine(PROMPT, answer, mode="regenerate", threshold=threshold)
+    assert r.candidates_scored == 0 and r.answer == answer
+    assert next(s for s in r.spans if (s.start, s.end) == (spans[j].start, spans[j].end)).action == "kept"

@@ -37,6 +37,9 @@ is acted on:
   win only when every span it has over the region is repeated by more than
   ``score.refine_agreement`` of the *other* continuations — where the backbone does not
   know, its samples disagree and nothing is replaced, however sure the probe is of one of them.
+  A candidate must also keep, word for word, every span of the region at or below the threshold:
+  refine acts on the doubtful spans only, and a sentence rewritten around one of them must not
+  take a trusted fact with it.
 
 `RefineResult` gives the answer before and after with both scores and, for every
 span of the original answer, what was done to it and its û before and after.
@@ -279,13 +282,15 @@ def _regenerate(uq, before: ScoreResult, uncertain, common: dict) -> RefineResul
         generations += s.refine_candidates
         said = [p for p in (_first_sentence(c.strip()) for c in conts) if p]  # every continuation, repeats kept
         doubted = [_words(before.answer, sp.start, sp.end, a, b) for sp in uncertain if a <= sp.start < b]
+        trusted = [_words(before.answer, sp.start, sp.end, a, b) for sp in before.spans
+                   if a <= sp.start < b and sp.u <= common["threshold"]]  # refine acts on the others only
         if doubted and all(support(t, said) > s.refine_agreement for t in doubted):
             continue  # the backbone's samples repeat what is there
         pieces, texts, whose = [], [], []
         for i, said_i in enumerate(said):
             piece = ("" if said_i[0] in _NO_SPACE_BEFORE else space or " " * bool(prefix)) + said_i
             text = prefix + piece + answer[end:]
-            if text != answer and text not in texts:
+            if text != answer and text not in texts and all(support(t, [said_i]) == 1.0 for t in trusted):
                 pieces.append(piece)
                 texts.append(text)
                 whose.append(i)
