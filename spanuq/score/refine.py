@@ -115,11 +115,16 @@ def region_u(result: ScoreResult, start: int, end: int) -> float | None:
     return None if result.answer_source == "given" and result.calibration_source == "given" else result.u_seq
 
 
-def support(claim: str, continuations: list[str]) -> float:
-    """The share of ``continuations`` that repeat ``claim`` (whole words, any case; 0 when there are none)."""
+def repeats(text: str, claim: str) -> bool:
+    """Whether ``text`` says ``claim`` (whole words, any case)."""
     from ..label.plant import find_value
 
-    return sum(find_value(c, [claim]) is not None for c in continuations) / len(continuations) if continuations else 0.0
+    return find_value(text, [claim]) is not None
+
+
+def support(claim: str, continuations: list[str]) -> float:
+    """The share of ``continuations`` that repeat ``claim`` (0 when there are none)."""
+    return sum(repeats(c, claim) for c in continuations) / len(continuations) if continuations else 0.0
 
 
 def _words(text: str, start: int, end: int, lo: int, hi: int) -> str:
@@ -290,7 +295,7 @@ def _regenerate(uq, before: ScoreResult, uncertain, common: dict) -> RefineResul
         for i, said_i in enumerate(said):
             piece = ("" if said_i[0] in _NO_SPACE_BEFORE else space or " " * bool(prefix)) + said_i
             text = prefix + piece + answer[end:]
-            if text != answer and text not in texts and all(support(t, [said_i]) == 1.0 for t in trusted):
+            if text != answer and text not in texts and all(repeats(said_i, t) for t in trusted):
                 pieces.append(piece)
                 texts.append(text)
                 whose.append(i)
