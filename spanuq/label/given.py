@@ -3,9 +3,10 @@ cares about — a wrong fact against the right one in the same words.
 
 The teacher's labels on the backbone's own answers say "would the backbone say this again".
 Read teacher-forced, an answer someone else wrote looks unlike anything the backbone would say,
-right or wrong. So for every train and dev prompt of a factoid domain whose own answer has an
-*answer slot* the reference rule judges (the first claim with evidence ``reference:match`` or
-``reference:mismatch``, `offline.reference_verdicts`), the label stage adds given answers:
+right or wrong. So for every prompt of a factoid domain in ``label.given_splits`` (dev: to
+calibrate on; train: to train on) whose own answer has an *answer slot* the reference rule judges
+(the first claim with evidence ``reference:match`` or ``reference:mismatch``,
+`offline.reference_verdicts`), the label stage adds given answers:
 
 * ``swap``: the own answer with its slot swapped — a slot that names a reference becomes a
   wrong value of the same kind (`plant.wrong_values`: u* = 1), a slot the rule calls wrong
@@ -29,7 +30,6 @@ from .answer_ids import SLOT, answer_id
 from .plant import fact_kind, rng_for, swap, wrong_values
 
 TEMPLATES = Path(__file__).with_name("given_templates.txt")
-SPLITS = ("train", "dev")
 FACTOID = ("triviaqa", "longform_qa")
 PLANTED, REFERENCE = "given:planted", "given:reference"
 
@@ -96,12 +96,12 @@ def pool_key(prompt: Prompt, kind: str, label: str | None) -> str:
 def given_answers(cfg: LabelConfig, prompts: dict[str, Prompt], gens: list[Generation],
                   records: list[LabeledResponse], claims: dict[str, list[Claim]], tokenizer, nlp
                   ) -> tuple[list[LabeledResponse], list[Claim]]:
-    """The given answers of every train/dev prompt (module docstring) as label rows, and their claims."""
+    """The given answers of the prompts of ``cfg.given_splits`` (module docstring): label rows, claims."""
     from .targets import span_targets
 
     split = {r.prompt_id: r.split for r in records if r.status == "ok"}
-    chosen = [g for g in gens if split.get(g.prompt_id) in SPLITS and prompts[g.prompt_id].domain in FACTOID
-              and prompts[g.prompt_id].references]
+    chosen = [g for g in gens if split.get(g.prompt_id) in cfg.given_splits
+              and prompts[g.prompt_id].domain in FACTOID and prompts[g.prompt_id].references]
     refs = {g.prompt_id: next(r for r in prompts[g.prompt_id].references if r.strip()) for g in chosen}
     labels = {g.prompt_id: (d.ents[0].label_ if d.ents else None)
               for g, d in zip(chosen, nlp.pipe([refs[g.prompt_id] for g in chosen]))}

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 # label params that do not change a label (connection and speed settings)
 # which answers are labelled, not how: sample answers, and the given answers made from the labels
-_NOT_IN_KEY = {"device", "sample_answers", "given_swaps", "given_templates"}
+_NOT_IN_KEY = {"device", "sample_answers", "given_swaps", "given_templates", "given_splits"}
 _JUDGE_NOT_IN_KEY = {"base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s", "concurrency"}
 
 
@@ -208,7 +208,7 @@ def label_sample_answers(cfg: Config, prompts: dict[str, Prompt], gens: list[Gen
 def label_given_answers(cfg: Config, prompts: dict[str, Prompt], gens: list[Generation],
                         records: list[LabeledResponse], results: list[LabelResult], tokenizer
                         ) -> tuple[list[LabeledResponse], list[Claim]]:
-    """The given answers of the train and dev prompts (`given.py`): their label rows and claims."""
+    """The given answers of the prompts of `label.given_splits` (`given.py`): their label rows and claims."""
     from .given import given_answers
     from .units import load_spacy
 
