@@ -180,19 +180,21 @@ def mushroom_entry(bench: dict | None) -> dict | None:
         "anchors": bench.get("anchors"), "record": bench}
 
 
-def read_benches(args, probe: Path) -> tuple[dict | None, dict | None]:
+def read_benches(args, probe: Path, same_as: Path | None = None) -> tuple[dict | None, dict | None]:
     """The Mu-SHROOM test record (``--bench``) and the planted-pair record (``--planted``), each
     checked to have scored this probe: its weights and its calibration (a recalibrated probe
-    scores differently with the same weights)."""
+    scores differently with the same weights). ``same_as``: a folder whose weights file holds the
+    same tensors in other bytes (the shipped package's), whose sha256 counts as this probe's too."""
     from spanuq.model.checkpoint import calibration_sha256
     from spanuq.pipeline.files import read_json, sha256_file
 
-    weights, cal = sha256_file(probe / "model.safetensors"), calibration_sha256(probe)
+    cal = calibration_sha256(probe)
+    weights = {sha256_file(d / "model.safetensors") for d in (probe, same_as) if d is not None}
     records = []
     for path, what in ((args.bench, "Mu-SHROOM"), (args.planted, "planted")):
         rec = read_json(path) if path else None
         if rec is not None:
-            if rec["probe"]["sha256"] != weights:
+            if rec["probe"]["sha256"] not in weights:
                 raise SystemExit(f"ship_probe: {path} scored another probe (sha256 {rec['probe']['sha256'][:12]})")
             if rec["probe"].get("calibration_sha256") != cal:
                 raise SystemExit(f"ship_probe: {path} scored these weights with another calibration: "
@@ -231,7 +233,7 @@ def ship_recalibrated(args, out: Path) -> int:
     if own(cal) != own(card["calibration"]):
         raise SystemExit("ship_probe: the own-answer calibration differs from the shipped one; its test metrics would "
                          "no longer hold: ship the run with --run")
-    bench, planted = read_benches(args, new)
+    bench, planted = read_benches(args, new, same_as=out)  # the tensors are the same (checked above)
     card["calibration"] = cal
     card["recalibrated"] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit(),
                             "given": (read_json(new / "recalibration.json") if (new / "recalibration.json").exists()

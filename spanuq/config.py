@@ -319,7 +319,7 @@ class TrainConfig(_Section):
     # which of the label stage's given answers (`label.given_swaps`, `label.given_templates`, on the splits
     # `label.given_splits`) the probe trains on: ``swap`` (own answers with the slot swapped), ``template``
     # (templated short answers); none by default: trained on swaps, the probe learnt the training swaps
-    # rather than what the backbone knows (docs/results.md, 2026-11-27)
+    # rather than what the backbone knows (docs/results.md)
     given_kinds: list[Literal["swap", "template"]] = Field(default_factory=list)
 
 
