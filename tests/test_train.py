@@ -129,7 +129,8 @@ def test_given_answers_get_their_own_mapping_and_likely_wrong_threshold_fitted_o
     calibration, calib = calibrate_on_dev(model, dev, cfg, "cpu", given=given)
     g = calib["given"]
     assert g["used"] and g["spans"] == sum(len(e.u) for e in given)
-    assert calibration.given == {"temperature": g["temperature"], "bias": g["bias"], "flag": g["flag"]}
+    assert calibration.given == {"temperature": g["temperature"], "bias": g["bias"], "flag": g["flag"],
+                                 "fact_spans": True}  # names, dates and numbers shown on their own
     assert 0.05 <= calibration.flag <= 0.95 and 0.05 <= g["flag"] <= 0.95
     # the given mapping fits the given answers' labels at least as well as the own answers' mapping does
     preds = predict(model, given, calibration.raw())

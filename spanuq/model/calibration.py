@@ -93,6 +93,7 @@ class Calibration:
     margin: float = 0.0
     surprisal: float = 0.0
     context: float = 0.0
+    fact_spans: bool = False
     given: dict | None = field(default=None, hash=False, compare=True)
 
     def __post_init__(self) -> None:
@@ -130,7 +131,8 @@ class Calibration:
         g = self.given
         return replace(self, temperature=float(g.get("temperature", 1.0)), bias=float(g.get("bias", 0.0)),
                        flag=float(g.get("flag", self.flag)), margin=float(g.get("margin", self.margin)),
-                       surprisal=float(g.get("surprisal", 0.0)), context=float(g.get("context", 0.0)), given=None)
+                       surprisal=float(g.get("surprisal", 0.0)), context=float(g.get("context", 0.0)),
+                       fact_spans=bool(g.get("fact_spans", False)), given=None)
 
     def with_threshold(self, threshold: float | None) -> "Calibration":
         """This calibration with another validity threshold (None keeps it)."""
@@ -141,7 +143,11 @@ class Calibration:
         return replace(self, temperature=1.0, bias=0.0, surprisal=0.0, context=0.0, given=None)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """What ``config.json`` stores; ``fact_spans`` only inside ``given`` (own answers are never split)."""
+        d = asdict(self)
+        if not d.pop("fact_spans"):
+            return d
+        return dict(d, fact_spans=True)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Calibration":
@@ -156,5 +162,10 @@ class Calibration:
                           "is ignored (given answers get the own-answer calibration); refit it with "
                           "`spanuq recalibrate --probe DIR`", stacklevel=2)
             given = None
-        return cls(**{k: float(v) for k, v in d.items() if k not in ("given", "excess")},
-                   given=None if given is None else {k: float(v) for k, v in given.items()})
+        return cls(**{k: _value(k, v) for k, v in d.items() if k not in ("given", "excess")},
+                   given=None if given is None else {k: _value(k, v) for k, v in given.items()})
+
+
+def _value(key: str, v) -> float | bool:
+    """A stored calibration value: ``fact_spans`` a switch, every other one a number."""
+    return bool(v) if key == "fact_spans" else float(v)

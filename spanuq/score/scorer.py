@@ -397,12 +397,26 @@ class SpanUQ:
         preds: list = [None] * len(items)
         for source in sorted({it.source for it in items}):
             idx = [k for k, it in enumerate(items) if it.source == source]
-            out = predict_readable(self.probe, [items[k].states for k in idx], self.calibration.for_source(source),
+            cal = self.calibration.for_source(source)
+            out = predict_readable(self.probe, [items[k].states for k in idx], cal,
                                    [self._answer(items[k]) for k in idx], window=self.window,
                                    batch_size=max(32, len(idx)), device=next(self.probe.parameters()).device)
-            for k, p in zip(idx, out):
-                preds[k] = p
+            for k, (p, failed) in zip(idx, out):
+                preds[k] = (self._facts(items[k], p, cal), failed)
         return preds, (time.perf_counter() - t0) / len(items)
+
+    def _facts(self, item: Pending, pred: Prediction | None, cal) -> Prediction | None:
+        """``pred`` with the names, dates and numbers inside its shown spans shown on their own, when
+        the calibration of the answer's source says so (`spanuq.model.facts`: given answers)."""
+        answer = self._answer(item) if pred is not None else None
+        if not cal.fact_spans or answer is None or item.states.surprisal is None:
+            return pred
+        from ..label.units import load_spacy
+        from ..model.facts import entity_chars, split_at_facts
+
+        st = item.states
+        return split_at_facts(pred, answer, entity_chars(load_spacy(self.cfg.label.spacy_model), answer.text),
+                              st.surprisal.float().numpy(), st.entropy.float().numpy(), cal)
 
     def score_stream(self, prompt: str, *, every: int | None = None, at_clauses: bool | None = None,
                      generator: str | None = None, cancel=None) -> Iterator[StreamUpdate]:

@@ -13,7 +13,9 @@ split's given answers (`spanuq.label.given`).
   from pairs of dev answers that differ in one fact — templated twins, and each swap beside the
   backbone's own answer it was made from. The second kind is what refine compares: the backbone's
   own words against someone else's, on the same mapping;
-* **unknown_entropy**: the entropy above which the backbone does not know the subject.
+* **unknown_entropy**: the entropy above which the backbone does not know the subject;
+* **fact_spans** (``evaluate.fact_spans``): show each name, date and number of a given answer as a
+  span of its own (`spanuq.model.facts`); the mapping is fitted on labelled slots, which are facts.
 """
 from __future__ import annotations
 
@@ -60,7 +62,8 @@ def calibrate_given(model, given: list[ResponseExample], calibration: Calibratio
         fitted_on = {"fitted_on": "spans", "spans": int(len(y))}
     mapped = replace(calibration, temperature=t, bias=b, surprisal=w, context=v, given=None)
     flag, flag_info = flag_threshold(y, mapped.scores(s, sh), ec.flag_precision, ec.positive_threshold)
-    fitted = {"temperature": t, "bias": b, "flag": flag, **({"surprisal": w, "context": v} if w or v else {})}
+    fitted = {"temperature": t, "bias": b, "flag": flag, **({"surprisal": w, "context": v} if w or v else {}),
+              **({"fact_spans": True} if ec.fact_spans else {})}
     scores = [mapped.scores(x, span_terms(e) if mapped.reads_surprisal else None) for e, x in zip(given, raw)]
     pairs = slot_pairs(given, scores)
     if own:

@@ -48,7 +48,8 @@ def recalibrate(cfg: Config, probe_dir: str | Path | None = None) -> dict:
 
 def run_recalibrate(args, cfg: Config) -> int:
     info = recalibrate(cfg, args.probe)
-    keys = ("fitted_on", "slots", "spans", "temperature", "bias", "surprisal", "context", "flag", "margin", "unknown_entropy")
+    keys = ("fitted_on", "slots", "spans", "temperature", "bias", "surprisal", "context", "flag", "margin", "unknown_entropy",
+            "fact_spans")
     print(json.dumps({k: info[k] for k in keys if k in info}, indent=2))
     print(f"recalibrate: wrote {Path(args.probe) if args.probe else StagePaths.from_config(cfg).probe}/config.json")
     return 0
