@@ -75,6 +75,7 @@ class Pending:
     generate_s: float | None = None
     backbone_s: float = 0.0
     chat_given: str | None = None  # the rendered conversation to read the answer after (`score_many`'s chats)
+    probe_spans: list[tuple[int, int]] | None = None  # the probe's shown token spans, before facts were split out
 
 
 class SpanUQ:
@@ -415,6 +416,7 @@ class SpanUQ:
         from ..model.facts import entity_chars, split_at_facts
 
         st = item.states
+        item.probe_spans = [(s.b, s.e) for s in pred.shown()]  # what the subject-unknown threshold was fitted on
         return split_at_facts(pred, answer, entity_chars(load_spacy(self.cfg.label.spacy_model), answer.text),
                               st.surprisal.float().numpy(), st.entropy.float().numpy(), cal)
 
@@ -436,12 +438,14 @@ class SpanUQ:
         return Answer(item.answer, item.offsets) if same else None
 
     def _knowledge(self, item: Pending, spans: list[ScoredSpan]) -> dict:
-        """What the ``subject_unknown`` rule reads of a given answer: the backbone's entropy before its
-        shown spans and the probe's threshold for it (`spanuq.model.unknown`); nothing for its own answers."""
+        """What the ``subject_unknown`` rule reads of a given answer: the backbone's entropy before the
+        spans the probe showed (before facts were split out of them, as the threshold was fitted) and
+        the probe's threshold for it (`spanuq.model.unknown`); nothing for its own answers."""
         tau = (self.calibration.given or {}).get("unknown_entropy")
         if item.source != "given" or tau is None or item.states is None:
             return {}
-        return {"knowledge_entropy": knowledge_entropy(item.states.entropy.float().numpy(), [(s.b, s.e) for s in spans]),
+        shown = item.probe_spans if item.probe_spans is not None else [(s.b, s.e) for s in spans]
+        return {"knowledge_entropy": knowledge_entropy(item.states.entropy.float().numpy(), shown),
                 "unknown_entropy": tau}
 
     def _result(self, item: Pending, pred: Prediction | None, failed: list[tuple[int, int]],
