@@ -31,6 +31,7 @@ QUICK = {  # benchmark -> its arguments in `make bench`
     "long_speed": ["--tokens", "128,2000"],
     "openai": ["--prompts", "4", "--rounds", "1", "--max-tokens", "32"],
     "monitor": ["--rows", "266"],
+    "facts": ["--n", "20"],
 }
 SMOKE = {  # the same code at the smallest sizes: checks that `make bench` runs end to end, times nothing
     "generate": ["--prompts", "1", "--samples", "1", "--max-new-tokens", "8", "--backends", "llamacpp,server,hf"],
@@ -42,6 +43,7 @@ SMOKE = {  # the same code at the smallest sizes: checks that `make bench` runs 
     "long_speed": ["--tokens", "128"],
     "openai": ["--prompts", "1", "--rounds", "1", "--max-tokens", "8"],
     "monitor": ["--rows", "266"],  # the shipped probe's generated answers: the smallest file it writes
+    "facts": ["--n", "2"],
 }
 
 

@@ -256,7 +256,8 @@ def source_line(name: str, c: dict) -> str:
     b = c.get("bias", 0.0)
     return (f"{name}: û = σ(logit(raw)/{c.get('temperature', 1.0):.3f} {'−' if b < 0 else '+'} {abs(b):.3f}{span}), shown as likely "
             f"wrong from {c.get('flag', 0.5):.3f}, refine margin {c.get('margin', 0.0):.3f}"
-            + (f", subject unknown above entropy {c['unknown_entropy']:.3f}" if c.get("unknown_entropy") else ""))
+            + (f", subject unknown above entropy {c['unknown_entropy']:.3f}" if c.get("unknown_entropy") else "")
+            + (", each name, date and number a span of its own" if c.get("fact_spans") else ""))
 
 
 def render(card: dict) -> str:

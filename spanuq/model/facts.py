@@ -1,5 +1,5 @@
-"""Fact spans: in an answer the backbone did not write, each name, date and number inside a shown
-span is shown as a span of its own (`split_at_facts`).
+"""Fact spans: in an answer the backbone did not write, each name, date and number is shown as a
+span of its own (`split_at_facts`).
 
 The probe places spans where the backbone's own answers hold their claims: a clause such as
 "the Nobel Prize in Physics in 1903". In a pasted answer the error a reader looks for is one fact
