@@ -66,3 +66,31 @@ def test_the_mlflow_model_the_score_api_and_the_evaluate_stage_show_the_same_spa
     assert [s[2] for s in api] == pytest.approx([s[2] for s in stage], abs=1e-6)
     assert [s[2] for s in api] == pytest.approx([s[2] for s in served], abs=1e-6)
     assert all(answer[a:b] == answer[a:b].strip() and answer[a:b] for a, b, _ in api)  # whole words, no edge spaces
+
+
+def test_a_given_answers_facts_are_the_same_spans_from_the_api_and_the_mlflow_model(scorer, make_cfg, tmp_path):
+    """A probe whose given calibration shows each name, date and number on its own
+    (`spanuq.model.facts`): the pyfunc asked for ``source="given"`` with the answer's surprisal shows
+    the spans `SpanUQ.score` shows."""
+    ckpt = load_checkpoint(scorer.checkpoint)
+    given = {"temperature": 1.0, "bias": 0.0, "flag": 0.5, "surprisal": 0.2, "context": 0.1, "fact_spans": True}
+    probe = save_checkpoint(ckpt.probe, ckpt.probe.cfg, ckpt.d_model, tmp_path / "probe",
+                            Calibration(validity_threshold=0.2, given=given), extra=ckpt.extra)
+    ck = load_checkpoint(probe)
+    uq = SpanUQ(ck, scorer.cfg, scorer.model, scorer.tok, probe)
+    api = [(s.start, s.end, s.u) for s in uq.score(PROMPT, response=ANSWER).spans]
+    assert "1911" in {ANSWER[a:b] for a, b, _ in api}  # a date, on its own
+
+    ids, offsets = token_offsets(scorer.tok, ANSWER)
+    chat = chat_prompt(scorer.tok, PROMPT, scorer.system_prompt)
+    item = extract_batch(scorer.model, scorer.tok, [chat], [ids], scorer.layers, torch.float16)[0]
+    cfg = make_cfg()
+    with tracking.start_run(cfg, "same-facts"):
+        log_probe(probe, cfg, dev_auroc=0.5)
+    pyfunc = mlflow.pyfunc.load_model("models:/spanuq-smollm2-135m@champion")
+    out = pyfunc.predict({"h": item.h.float().numpy(), "entropy": item.entropy.numpy(),
+                          "surprisal": item.surprisal.numpy(), "text": ANSWER, "offsets": offsets},
+                         params={"source": "given"})[0]
+    served = [(s["char_start"], s["char_end"], s["u"]) for s in out["spans"]]
+    assert [s[:2] for s in api] == [s[:2] for s in served]
+    assert [s[2] for s in api] == pytest.approx([s[2] for s in served], abs=1e-3)

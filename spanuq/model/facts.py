@@ -139,3 +139,17 @@ def split_at_facts(pred: Prediction, answer: Answer, facts: Sequence[tuple[int, 
         nu=None if pred.nu is None else np.concatenate([pred.nu, pred.nu[rows]]),
         chars=np.concatenate([pred.chars, chars]),
         keep=np.array([k for k in pred.keep if int(k) not in drop] + list(range(n, n + len(spans))), dtype=np.int64))
+
+
+def show_facts(pred: Prediction | None, answer: Answer | None, surprisal, entropy, calibration: Calibration,
+               spacy_model: str) -> Prediction | None:
+    """`split_at_facts` with the answer's facts found by the spaCy pipeline ``spacy_model``, when
+    ``calibration`` says so (``fact_spans``: the given calibration) and the answer's text and token
+    surprisal are known; else ``pred`` as it is. Every consumer that shows given answers calls this."""
+    if pred is None or not calibration.fact_spans or answer is None or surprisal is None:
+        return pred
+    from ..label.units import load_spacy
+
+    facts = entity_chars(load_spacy(spacy_model), answer.text)
+    return split_at_facts(pred, answer, facts, np.asarray(surprisal, dtype=np.float64),
+                          np.asarray(entropy, dtype=np.float64), calibration)

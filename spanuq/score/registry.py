@@ -69,6 +69,7 @@ def _signature():
     return ModelSignature(params=ParamSchema([
         ParamSpec("threshold", "double", -1.0),  # < 0: the validity threshold stored with the probe
         ParamSpec("calibrated", "boolean", True),
+        ParamSpec("source", "string", "generated"),  # or "given": an answer the backbone did not write
     ]))
 
 

@@ -40,6 +40,7 @@ from ..llm.chunked import extract_long
 from ..llm.loading import token_offsets
 from ..llm.states import FeatureItem, extract_batch, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
+from ..model.facts import show_facts
 from ..model.postprocess import Answer, Prediction
 from ..model.unknown import knowledge_entropy
 from .errors import GenerationError, InputError, check_input
@@ -407,18 +408,14 @@ class SpanUQ:
         return preds, (time.perf_counter() - t0) / len(items)
 
     def _facts(self, item: Pending, pred: Prediction | None, cal) -> Prediction | None:
-        """``pred`` with the names, dates and numbers inside its shown spans shown on their own, when
-        the calibration of the answer's source says so (`spanuq.model.facts`: given answers)."""
-        answer = self._answer(item) if pred is not None else None
-        if not cal.fact_spans or answer is None or item.states.surprisal is None:
+        """``pred`` with each name, date and number of the answer shown as a span of its own, when the
+        calibration of the answer's source says so (`spanuq.model.facts`: given answers)."""
+        if pred is None or not cal.fact_spans:
             return pred
-        from ..label.units import load_spacy
-        from ..model.facts import entity_chars, split_at_facts
-
         st = item.states
         item.probe_spans = [(s.b, s.e) for s in pred.shown()]  # what the subject-unknown threshold was fitted on
-        return split_at_facts(pred, answer, entity_chars(load_spacy(self.cfg.label.spacy_model), answer.text),
-                              st.surprisal.float().numpy(), st.entropy.float().numpy(), cal)
+        return show_facts(pred, self._answer(item), None if st.surprisal is None else st.surprisal.float().numpy(),
+                          st.entropy.float().numpy(), cal, self.cfg.label.spacy_model)
 
     def score_stream(self, prompt: str, *, every: int | None = None, at_clauses: bool | None = None,
                      generator: str | None = None, cancel=None) -> Iterator[StreamUpdate]:
