@@ -1,4 +1,4 @@
-"""What showing each fact of a pasted answer on its own costs (`spanuq.model.facts`).
+"""What showing each fact of a pasted answer on its own costs (`spanuq.score.facts`).
 
     python benchmarks/bench_facts.py [--model shipped] [--n 20]
 

@@ -334,7 +334,7 @@ class EvaluateConfig(_Section):
     # dev spans it flags are wrong (u* >= positive_threshold) at least this share of the time
     flag_precision: float = Field(default=0.8, gt=0, le=1)
     # answers the backbone did not write: each name, date and number (spaCy's entities) is shown as a
-    # span of its own, scored by its own surprisal (spanuq.model.facts); stored in the given calibration
+    # span of its own, scored by its own surprisal (spanuq.score.facts); stored in the given calibration
     fact_spans: bool = True
     positive_threshold: float = 0.5  # span AUROC: u* >= 0.5 is positive
     pair_gap: float = 0.3  # within-answer pair accuracy: pairs of one answer with |Δu*| >= pair_gap

@@ -8,7 +8,7 @@ from scipy.special import expit, logit
 
 from spanuq.llm.loading import token_offsets
 from spanuq.model.calibration import Calibration
-from spanuq.model.facts import entity_chars, split_at_facts
+from spanuq.score.facts import entity_chars, split_at_facts
 from spanuq.model.postprocess import Answer, Prediction, token_span_to_chars
 
 ANSWER = "Marie Curie won the Nobel Prize in Physics in 1938 and in Chemistry in 1911."

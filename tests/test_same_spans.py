@@ -70,7 +70,7 @@ def test_the_mlflow_model_the_score_api_and_the_evaluate_stage_show_the_same_spa
 
 def test_a_given_answers_facts_are_the_same_spans_from_the_api_and_the_mlflow_model(scorer, make_cfg, tmp_path):
     """A probe whose given calibration shows each name, date and number on its own
-    (`spanuq.model.facts`): the pyfunc asked for ``source="given"`` with the answer's surprisal shows
+    (`spanuq.score.facts`): the pyfunc asked for ``source="given"`` with the answer's surprisal shows
     the spans `SpanUQ.score` shows."""
     ckpt = load_checkpoint(scorer.checkpoint)
     given = {"temperature": 1.0, "bias": 0.0, "flag": 0.5, "surprisal": 0.2, "context": 0.1, "fact_spans": True}

@@ -124,7 +124,7 @@ def function_words() -> frozenset[str]:
     return frozenset(w.strip() for w in lines if w.strip() and not w.startswith("#"))
 
 
-_EDGE_PUNCT = " \t\n\r,;:.!?\"'“”‘’()[]-–—"  # stripped from a word before it is looked up (as label/spans.py's)
+EDGE_PUNCT = " \t\n\r,;:.!?\"'“”‘’()[]-–—"  # stripped from a word before it is looked up (as label/spans.py's)
 
 
 def snap_token_span(offsets: Sequence[tuple[int, int]], text: str, b: int, e: int) -> tuple[int, int]:
@@ -168,7 +168,7 @@ def snap_token_span(offsets: Sequence[tuple[int, int]], text: str, b: int, e: in
         t = w + 1
 
     def function_word(w: tuple[int, int]) -> bool:
-        return text[offsets[w[0]][0]: offsets[w[1]][1]].strip(_EDGE_PUNCT).lower() in function_words()
+        return text[offsets[w[0]][0]: offsets[w[1]][1]].strip(EDGE_PUNCT).lower() in function_words()
 
     content = [w for w in words if not function_word(w) and not all(map(blank, range(w[0], w[1] + 1)))]
     if not content:

@@ -21,7 +21,7 @@ An answer longer than the probe was trained on (``window_tokens``: the model con
 dev; a negative value, the default, keeps it); ``params={"calibrated": False}`` returns raw û instead of the dev-calibrated score;
 ``params={"source": "given"}`` scores answers the backbone did not write with their own calibration
 (`Calibration.for_source`; default ``generated``), with each name, date and number a span of its own
-when that calibration says so and ``text``, ``offsets`` and ``surprisal`` are given (`spanuq.model.facts`).
+when that calibration says so and ``text``, ``offsets`` and ``surprisal`` are given (`spanuq.score.facts`).
 
 Output: a list with one dict per response:
   ``{"id": ..., "spans": [{"start", "end", "u", "u_raw", "p", "nu"}, ...], "u_seq": float}``,
@@ -155,7 +155,7 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
         else:  # a checkpoint from before windows that does not say how long its answers were
             preds = predict(self.ckpt.probe, states, calibration, answers, batch_size=16, device="cpu")
         from spanuq.config import LabelConfig
-        from spanuq.model.facts import show_facts
+        from spanuq.score.facts import show_facts
 
         preds = [show_facts(p, a, s, st.entropy.numpy(), calibration, LabelConfig().spacy_model)
                  for p, a, s, st in zip(preds, answers, surs, states)]  # given answers: facts on their own

@@ -40,7 +40,7 @@ from ..llm.chunked import extract_long
 from ..llm.loading import token_offsets
 from ..llm.states import FeatureItem, extract_batch, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
-from ..model.facts import show_facts
+from .facts import show_facts
 from ..model.postprocess import Answer, Prediction
 from ..model.unknown import knowledge_entropy
 from .errors import GenerationError, InputError, check_input
@@ -409,7 +409,7 @@ class SpanUQ:
 
     def _facts(self, item: Pending, pred: Prediction | None, cal) -> Prediction | None:
         """``pred`` with each name, date and number of the answer shown as a span of its own, when the
-        calibration of the answer's source says so (`spanuq.model.facts`: given answers)."""
+        calibration of the answer's source says so (`spanuq.score.facts`: given answers)."""
         if pred is None or not cal.fact_spans:
             return pred
         st = item.states

@@ -15,7 +15,7 @@ split's given answers (`spanuq.label.given`).
   own words against someone else's, on the same mapping;
 * **unknown_entropy**: the entropy above which the backbone does not know the subject;
 * **fact_spans** (``evaluate.fact_spans``): show each name, date and number of a given answer as a
-  span of its own (`spanuq.model.facts`); the mapping is fitted on labelled slots, which are facts.
+  span of its own (`spanuq.score.facts`); the mapping is fitted on labelled slots, which are facts.
 """
 from __future__ import annotations
 

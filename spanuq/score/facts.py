@@ -23,14 +23,18 @@ was trained to put them).
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 
 from ..label.targets import char_span_to_tokens
-from .calibration import Calibration, span_surprisal
-from .postprocess import _EDGE_PUNCT, Answer, Prediction, function_words, snap_token_span, token_span_to_chars
+from ..model.calibration import Calibration, span_surprisal
+from ..model.postprocess import EDGE_PUNCT, Answer, Prediction, function_words, snap_token_span, token_span_to_chars
+
+log = logging.getLogger(__name__)
 
 
 def entity_chars(nlp, text: str) -> list[tuple[int, int]]:
@@ -82,7 +86,7 @@ def pieces(answer: Answer, b: int, e: int, facts: Sequence[tuple[int, int]]) -> 
 
 def _has_content(answer: Answer, b: int, e: int) -> bool:
     text = answer.text[answer.offsets[b][0]: answer.offsets[e][1]]
-    words = [w.strip(_EDGE_PUNCT).lower() for w in text.split()]
+    words = [w.strip(EDGE_PUNCT).lower() for w in text.split()]
     return any(w and w not in function_words() for w in words)
 
 
@@ -145,11 +149,26 @@ def show_facts(pred: Prediction | None, answer: Answer | None, surprisal, entrop
                spacy_model: str) -> Prediction | None:
     """`split_at_facts` with the answer's facts found by the spaCy pipeline ``spacy_model``, when
     ``calibration`` says so (``fact_spans``: the given calibration) and the answer's text and token
-    surprisal are known; else ``pred`` as it is. Every consumer that shows given answers calls this."""
+    surprisal are known; else ``pred`` as it is. Every consumer that shows given answers calls this.
+    spaCy comes with the ``facts`` extra, not the bare scoring install: without it the probe's spans
+    are shown, and a warning says so once."""
     if pred is None or not calibration.fact_spans or answer is None or surprisal is None:
         return pred
+    nlp = _spacy(spacy_model)
+    if nlp is None:
+        return pred
+    return split_at_facts(pred, answer, entity_chars(nlp, answer.text), np.asarray(surprisal, dtype=np.float64),
+                          np.asarray(entropy, dtype=np.float64), calibration)
+
+
+@lru_cache(maxsize=2)
+def _spacy(name: str):
+    """The spaCy pipeline, or None (warned once) where spaCy or the pipeline is not installed."""
     from ..label.units import load_spacy
 
-    facts = entity_chars(load_spacy(spacy_model), answer.text)
-    return split_at_facts(pred, answer, facts, np.asarray(surprisal, dtype=np.float64),
-                          np.asarray(entropy, dtype=np.float64), calibration)
+    try:
+        return load_spacy(name)
+    except (ImportError, RuntimeError) as e:
+        log.warning("given answers are shown with the probe's spans, not each name, date and number on its "
+                    "own: that needs spaCy and %s (pip install 'spanuq[facts]'): %s", name, e)
+        return None
