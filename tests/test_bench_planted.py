@@ -138,3 +138,19 @@ def test_bench_planted_end_to_end_on_the_real_backbone(make_cfg, probe_dir, tmp_
     flips = [refined["pairs"]["own"], refined["own_answers"]]
     assert len(refined["cases"]) == sum(c.get("right_to_wrong", 0) + c.get("wrong_to_right", 0) for c in flips)
     assert refined["pairs"]["own"]["right"] == refined["pairs"]["own"]["wrong"] == len(again["items"])
+
+
+def test_the_backbone_reads_a_slot_after_any_context_the_bench_after_the_question(scorer):
+    """`slot_nll` reads a twin's slot after whatever context it is given (scripts/planted_readings.py
+    asks the backbone other ways); the bench's control reads it after the chat-templated question."""
+    from spanuq.bench.planted import Twin
+    from spanuq.bench.planted_run import slot_nll, slot_surprisal
+    from spanuq.llm.loading import chat_prompt
+
+    q = "In which year did World War II end?"
+    right, planted = Twin("It ended in 1945.", (12, 16)), Twin("It ended in 1921.", (12, 16))
+    bench = slot_surprisal(scorer, [q, q], [right, planted])
+    assert bench == slot_nll(scorer, [chat_prompt(scorer.tok, q, scorer.system_prompt)] * 2, [right, planted])
+    assert 0 < bench[0][0] < bench[1][0]  # the backbone knows this one: the planted year surprises it more
+    assert bench[0][1] <= bench[0][0]  # the mean per token of the slot's −log p
+    assert slot_nll(scorer, [f"Question: {q}\nAnswer: "] * 2, [right, planted]) != bench

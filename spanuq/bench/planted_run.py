@@ -78,14 +78,22 @@ def own_answers(uq, rows: list[dict], cache: Path, progress: bool) -> dict[str, 
 def slot_surprisal(uq, prompts: list[str], twins: list[Twin], batch_size: int = 8) -> list[tuple[float, float]]:
     """(−Σ log p, its mean per token) of each twin's slot tokens, teacher-forced after the
     chat-templated prompt: the tokens whose characters overlap the slot."""
-    from ..llm.loading import chat_prompt, token_offsets
+    from ..llm.loading import chat_prompt
+
+    return slot_nll(uq, [chat_prompt(uq.tok, p, uq.system_prompt) for p in prompts], twins, batch_size)
+
+
+def slot_nll(uq, contexts: list[str], twins: list[Twin], batch_size: int = 8) -> list[tuple[float, float]]:
+    """(−Σ log p, its mean per token) of each twin's slot tokens, teacher-forced after ``contexts``
+    (strings the backbone reads before the answer, as they are)."""
+    from ..llm.loading import token_offsets
     from ..llm.states import token_logprobs
 
     out = []
     for s in range(0, len(twins), batch_size):
-        ps, ts = prompts[s: s + batch_size], twins[s: s + batch_size]
+        cs, ts = contexts[s: s + batch_size], twins[s: s + batch_size]
         enc = [token_offsets(uq.tok, t.text) for t in ts]
-        pids = [uq.tok(chat_prompt(uq.tok, p, uq.system_prompt), add_special_tokens=False)["input_ids"] for p in ps]
+        pids = [uq.tok(c, add_special_tokens=False)["input_ids"] for c in cs]
         lps = token_logprobs(uq.model, pids, [ids for ids, _ in enc], uq.tok.pad_token_id or 0)
         for t, (_, offs), lp in zip(ts, enc, lps):
             idx = [k for k, (a, b) in enumerate(offs) if b > t.slot[0] and a < t.slot[1]]
