@@ -13,7 +13,7 @@ surprising than the correct one; ties 0.5) of
   the slot's pointwise mutual information with the question, λ = 1 (a value's base rate removed),
 
 over all pairs, by kind and by source: the ceiling of what the backbone's likelihood of a slot can
-tell, whichever way it is asked (docs/results.md, 2026-11-28).
+tell, whichever way it is asked (measured: docs/results.md).
 """
 from __future__ import annotations
 
