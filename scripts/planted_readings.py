@@ -28,7 +28,7 @@ READINGS = Path(__file__).with_name("planted_readings.json")
 LAMBDAS = (0.25, 0.5, 1.0)
 
 
-def contexts(uq, question: str, reading: dict) -> str:
+def context(uq, question: str, reading: dict) -> str:
     """The string the backbone reads before a twin's answer under ``reading``."""
     from spanuq.llm.loading import chat_prompt
 
@@ -67,7 +67,7 @@ def main() -> None:
     rows = {"chat template, the question (the bench's control)": accuracy(items, bench)}
     with SpanUQ.load(args.model) as uq:
         for name, reading in readings.items():
-            s = [nll for nll, _ in slot_nll(uq, [contexts(uq, q, reading) for q in questions], twins)]
+            s = [nll for nll, _ in slot_nll(uq, [context(uq, q, reading) for q in questions], twins)]
             rows[name] = accuracy(items, lambda i, j: s[2 * i + j])
             rows[f"control + {name}"] = accuracy(items, lambda i, j: bench(i, j) + s[2 * i + j])
             for lam in LAMBDAS:
