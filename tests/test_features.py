@@ -113,3 +113,31 @@ def test_a_hub_backbone_loads_from_a_local_folder_of_its_name(make_cfg, tmp_path
     resp = response_token_ids(qtok, "William Shakespeare wrote Hamlet.")
     (item,) = extract_batch(model, qtok, [chat], [resp], layers=cfg.backbone.layers, out_dtype=torch.float32)
     assert item.h.shape == (len(resp), 32) and torch.isfinite(item.h).all()
+
+
+def test_the_extract_stage_writes_the_same_features_folder_from_the_same_answers(backbone, make_cfg):
+    """DVC hashes the features folder: the same answers give the same bytes on a re-run (what came
+    from the cache and the seconds go to runs/extract.json, outside the folder), so dvc.lock does not move."""
+    from spanuq.features.stage import run_extract
+    from spanuq.pipeline.files import write_jsonl
+    from spanuq.pipeline.paths import StagePaths
+    from spanuq.pipeline.records import Generation, Sample
+
+    _, tok = backbone
+    cfg = make_cfg()
+    paths = StagePaths.from_config(cfg)
+    qa = [("Who wrote Hamlet?", "Shakespeare wrote it around 1600."), ("What is the capital of Peru?", "Lima.")]
+    write_jsonl(paths.generations, [
+        Generation(prompt_id=f"p{i}", backbone=cfg.backbone.name, prompt_text=q, chat_prompt=chat_prompt(tok, q),
+                   greedy=Sample(text=a, token_ids=response_token_ids(tok, a)), samples=[], decoding={}, seed=0)
+        for i, (q, a) in enumerate(qa)])
+
+    def folder() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(paths.features.iterdir())}
+
+    run_extract(cfg, progress=False)
+    first, log = folder(), paths.run_log("extract")
+    first_log = json.loads(log.read_text()) if log.exists() else None
+    run_extract(cfg, progress=False)  # from the stage's cache now
+    assert folder() == first
+    assert first_log["extracted_now"] == 2 and json.loads(log.read_text())["extracted_now"] == 0

@@ -58,7 +58,7 @@ def test_pipeline_flow_rerun_skips_finished_stages(tmp_path):
         code = ("from flows.pipeline import pipeline; "
                 f"pipeline(params={p['params']!r}, overrides={p['overrides']!r}, stages=['train'])")
         subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, check=True, timeout=600)
-        return json.loads(report.read_text())["mlflow_run_id"]
+        return json.loads((report.parent / "runs" / "train.json").read_text())["mlflow_run_id"]
 
     first = run()
     assert run() == first  # cached: the stage did not run again

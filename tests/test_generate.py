@@ -134,6 +134,25 @@ def test_stage_writes_generations_and_a_report(make_cfg, monkeypatch):
     gens = read_records(paths.generations, Generation)
     report = json.loads(paths.generate_report.read_text())
     assert len(gens) == 3 and report["empty_greedy"] == 1 and report["truncated_samples"] == 6
+    assert json.loads(paths.run_log("generate").read_text())["generated"] == 3
+
+
+def test_the_same_inputs_give_byte_identical_outputs_and_the_run_goes_to_its_log(make_cfg, monkeypatch):
+    """DVC hashes every output (metrics too): a re-run from the cache writes the same bytes, so
+    dvc.lock does not move; how the run went (cached or generated, seconds) is in runs/generate.json."""
+    from spanuq.pipeline.paths import StagePaths
+    import spanuq.generate.stage as stage
+
+    cfg = make_cfg("generate.n_samples=2")
+    paths = StagePaths.from_config(cfg)
+    write_jsonl(paths.prompts, PROMPTS)
+    monkeypatch.setattr(stage, "open_generator", lambda cfg: stage._borrowed(FlakyGenerator(limit=99)))
+    run_generate(cfg, progress=False)
+    first = {p: p.read_bytes() for p in (paths.generations, paths.generate_report)}
+    run_generate(cfg, progress=False)  # every answer from the cache now
+    assert {p: p.read_bytes() for p in first} == first
+    run = json.loads(paths.run_log("generate").read_text())
+    assert run["cached"] == 3 and run["generated"] == 0 and run["wall_seconds"] >= 0
 
 
 def test_a_prompt_repeating_another_ones_text_gets_its_own_id(make_cfg):
@@ -210,8 +229,8 @@ def test_a_server_crash_mid_stage_names_the_crash_and_a_rerun_generates_nothing_
     assert 2 <= done < len(MORE)
     # the re-run resumes: what was generated before the crash is served from the cache
     subprocess.run(cmd, check=True, capture_output=True, timeout=600)
-    report = json.loads(paths.generate_report.read_text())
-    assert report["cached"] == done and report["generated"] == len(MORE) - done
+    run = json.loads(paths.run_log("generate").read_text())
+    assert run["cached"] == done and run["generated"] == len(MORE) - done
     assert len(read_records(paths.generations, Generation)) == len(MORE)
 
 

@@ -436,7 +436,7 @@ def test_label_stage_writes_labels_report_and_plot_and_resumes(make_cfg, tok):
     report = json.loads(paths.label_report.read_text())
     assert report["responses"] == 7 and report["status"]["ok"] == 5 and report["spans"] == sum(len(r.spans) for r in recs.values())
     assert sum(report["u"]["histogram"]["counts"]) == report["spans"]
-    assert report["cache"]["misses"] == 7
+    assert json.loads(paths.run_log("label").read_text())["cache"]["misses"] == 7  # how the run went: its log
     assert (paths.label_plots / "labels.png").stat().st_size > 1000
     # the truth check: one answer slot per factoid answer with references (Sydney wrong; Paris, 1945 right)
     truth = report["truth"]
@@ -448,8 +448,9 @@ def test_label_stage_writes_labels_report_and_plot_and_resumes(make_cfg, tok):
     # a re-run labels nothing again and gives the same labels
     before = paths.labels.read_text()
     run_label(cfg, progress=False)
-    assert json.loads(paths.label_report.read_text())["cache"] == {"hits": 7, "misses": 0}
+    assert json.loads(paths.run_log("label").read_text())["cache"] == {"hits": 7, "misses": 0}
     assert paths.labels.read_text() == before
+    assert json.loads(paths.label_report.read_text()) == report  # the same inputs, the same report
 
 
 def test_sample_answers_join_training_only_from_training_prompts(make_cfg, tok):
@@ -489,7 +490,7 @@ def test_sample_answers_join_training_only_from_training_prompts(make_cfg, tok):
     run_label(make_cfg("prompts.split_by=prompts"), progress=False)
     again = {r.prompt_id: r for r in read_records(paths.labels, LabeledResponse)}
     assert again == before
-    assert json.loads(paths.label_report.read_text())["cache"]["misses"] == 0
+    assert json.loads(paths.run_log("label").read_text())["cache"]["misses"] == 0
 
 
 # ---------------------------------------------------------------- the judge path
@@ -511,8 +512,8 @@ def test_judge_labels_spans_from_verified_sample_claims(make_cfg, tok):
     assert paris["Paris"] == 0.0  # both samples make the claim and it is verified supported
     ww = {s.text: s.u for s in recs["ww"].spans}
     assert ww["1945"] == 0.5  # sample 2 says 1944: no equivalent claim there
-    report = json.loads(paths.label_report.read_text())
-    assert report["judge"]["calls"] == n_calls and report["judge"]["requests"] <= n_calls
+    run = json.loads(paths.run_log("label").read_text())
+    assert run["judge"]["calls"] == n_calls and run["judge"]["requests"] <= n_calls
     # the second run is served from the judge cache and the label cache: zero calls
     with ScriptedJudge() as server:
         run_label(judge_cfg(make_cfg, server.base_url), progress=False)
@@ -552,7 +553,7 @@ def test_a_judge_outage_is_never_cached_and_the_next_run_labels_what_failed(make
     with ScriptedJudge() as server:  # healthy again
         run_label(judge_cfg(make_cfg, server.base_url), progress=False)
     report = json.loads(paths.label_report.read_text())
-    assert report["cache"] == {"hits": 1, "misses": 6}  # only the empty answer was labelled (and cached) before
+    assert json.loads(paths.run_log("label").read_text())["cache"] == {"hits": 1, "misses": 6}  # only the empty answer was labelled (and cached) before
     assert report["status"].get("error", 0) == 0 and report["status"]["ok"] >= 4
 
 
@@ -578,8 +579,9 @@ def test_a_cut_off_claim_list_is_asked_again_with_a_larger_budget_or_by_sentence
         run_label(cfg, progress=False)
         budgets = sorted({r["payload"]["max_tokens"] for r in server.requests})
     report = json.loads(paths.label_report.read_text())
-    assert budgets[:3] == [256, 512, 1024] and report["judge"]["truncated"] > 0
-    assert report["judge"]["truncated_failures"] == 0 and report["status"].get("error", 0) == 0
+    judge = json.loads(paths.run_log("label").read_text())["judge"]
+    assert budgets[:3] == [256, 512, 1024] and judge["truncated"] > 0
+    assert judge["truncated_failures"] == 0 and report["status"].get("error", 0) == 0
     with ScriptedJudge() as server:  # a long answer that no budget fits is decomposed sentence by sentence
         cfg = judge_cfg(make_cfg, server.base_url, "label.judge.model=other")
         write_jsonl(paths.generations, [generation(tok, "bio", "Ada Lovelace was born in London in 1815. "
@@ -605,7 +607,8 @@ def test_a_judge_that_returns_garbage_is_asked_again_then_recorded_as_a_failure(
     failed = [r for r in recs.values() if r.status == "error"]
     assert len(failed) == 1 and "decomposition failed" in failed[0].error
     report = json.loads(paths.label_report.read_text())
-    assert report["judge"]["format_failures"] == 1 and report["judge"]["format_errors"] == 3
+    judge = json.loads(paths.run_log("label").read_text())["judge"]
+    assert judge["format_failures"] == 1 and judge["format_errors"] == 3
     assert report["status"]["ok"] >= 4  # the rest of the batch is labelled
 
 
@@ -618,7 +621,8 @@ def test_rate_limits_and_server_errors_are_retried_with_backoff(make_cfg, tok):
         server.script = [429, 503, 429]
         run_label(cfg, progress=False)
     report = json.loads(paths.label_report.read_text())
-    assert report["judge"]["http_retries"] == 3 and report["judge"]["http_failures"] == 0
+    judge = json.loads(paths.run_log("label").read_text())["judge"]
+    assert judge["http_retries"] == 3 and judge["http_failures"] == 0
     assert report["status"].get("error", 0) == 0
 
 
@@ -638,8 +642,7 @@ def test_a_judge_that_goes_down_stops_the_stage_clearly_and_loses_nothing(make_c
     with ScriptedJudge() as server:  # back up (another port): only the missing four are labelled
         run_label(judge_cfg(make_cfg, server.base_url), progress=False)
         asked = {json.dumps(r["payload"]["messages"]) for r in server.requests}
-    report = json.loads(paths.label_report.read_text())
-    assert report["cache"] == {"hits": 3, "misses": 4}
+    assert json.loads(paths.run_log("label").read_text())["cache"] == {"hits": 3, "misses": 4}
     assert not any("Sydney is the capital" in a for a in asked)  # answer 1 was not asked again
 
 
@@ -684,7 +687,7 @@ def test_judge_plumbing_against_the_real_llama_cpp_server(llama_server, make_cfg
     run_index(cfg, progress=False)
     label_tolerating_no_labels(cfg)
     report = json.loads(paths.label_report.read_text())
-    j = report["judge"]
+    j = json.loads(paths.run_log("label").read_text())["judge"]
     assert j["requests"] + j["cache_hits"] >= 3 * 3 and j["calls"] >= j["requests"]  # 3 x (greedy + 2 samples)
     assert j["format_failures"] <= j["requests"] // 2  # grammar-constrained JSON mostly validates
     assert report["labeller"]["dropped"] + report["claims"] > 0  # spans were anchored or dropped
@@ -694,8 +697,8 @@ def test_judge_plumbing_against_the_real_llama_cpp_server(llama_server, make_cfg
             assert 0.0 <= s.u <= 1.0
     # second run: zero calls, all from the cache
     label_tolerating_no_labels(cfg)
-    report2 = json.loads(paths.label_report.read_text())
-    assert report2["cache"]["misses"] == 0 and report2["judge"]["calls"] == 0
+    run2 = json.loads(paths.run_log("label").read_text())
+    assert run2["cache"]["misses"] == 0 and run2["judge"]["calls"] == 0
 
 
 def label_tolerating_no_labels(cfg):

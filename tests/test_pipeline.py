@@ -75,9 +75,9 @@ def test_killing_dvc_repro_during_generation_then_rerunning_resumes(repo_root, t
     out = subprocess.run([str(BIN / "dvc"), "repro", "generate"], cwd=repo, env=_env(),
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    report = json.loads((repo / "data/smollm2-135m/generate_report.json").read_text())
-    assert report["cached"] >= done_before and report["cached"] + report["generated"] == 6
-    assert report["backend"] == backend
+    run = json.loads((repo / "data/smollm2-135m/runs/generate.json").read_text())
+    assert run["cached"] >= done_before and run["cached"] + run["generated"] == 6
+    assert run["backend"] == backend
     lines = (repo / "data/smollm2-135m/generations.jsonl").read_text().splitlines()
     assert len(lines) == 6
 
@@ -98,7 +98,7 @@ def test_dvc_repro_runs_the_six_stages_end_to_end_and_reruns_only_what_a_param_t
     metrics = json.loads((root / "metrics.json").read_text())
     assert metrics["n_responses"] >= 1 and "spanuq" in metrics  # the floors are the baselines stage's (below)
     assert (root / "probe/model.safetensors").exists() and (root / "plots/eval/examples.png").exists()
-    assert json.loads((root / "train_report.json").read_text())["registered_model"] == "spanuq-smollm2-135m"
+    assert json.loads((root / "runs/train.json").read_text())["registered_model"] == "spanuq-smollm2-135m"
     base = json.loads((root / "baselines/metrics.json").read_text())
     assert set(base["methods"]) == {"surface_prior", "token_entropy", "mlp_probe", "verbalized", "p_true", "selfcheck_nli",
                                     "semantic_entropy", "eigenscore", "kle", "self_verify"}

@@ -101,7 +101,7 @@ def run_evaluate(cfg: Config, progress: bool = True) -> Path:
     t0 = time.perf_counter()
     probe_metrics, preds, scores = evaluate_probe(cfg, ckpt.probe, ckpt.calibration, test, device, test_answers,
                                                   window=window_length(ckpt.extra, cfg.generate.max_new_tokens))
-    probe_metrics["seconds"] = round(time.perf_counter() - t0, 2)
+    write_json(paths.run_log("evaluate"), {"seconds": round(time.perf_counter() - t0, 2)})
 
     rows = {"spanuq": probe_metrics}
     n_spans = int(sum(len(e.u) for e in test))

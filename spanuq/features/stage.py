@@ -36,7 +36,8 @@ def _item_key(cfg: Config, layers: list[int], g: Generation) -> str:
 
 
 def run_extract(cfg: Config, progress: bool = True) -> Path:
-    """DVC/Prefect entry point: generations.jsonl → features/ (shards + index) + report."""
+    """DVC/Prefect entry point: generations.jsonl → features/ (shards + index) + report, and the run
+    log (runs/extract.json: how many were extracted now, seconds)."""
     paths = StagePaths.from_config(cfg)
     gens = [g for g in read_answers(paths.generations, paths.labels) if g.greedy.token_ids]
     layers = fused_layers(cfg)
@@ -76,10 +77,12 @@ def run_extract(cfg: Config, progress: bool = True) -> Path:
     index = writer.close()
     size = sum(p.stat().st_size for p in paths.features.glob("shard-*.safetensors"))
     write_json(paths.features / "report.json", {
-        "responses": len(gens), "tokens": total_tokens, "extracted_now": len(todo),
+        "responses": len(gens), "tokens": total_tokens,
         "bytes": size, "bytes_per_token": round(size / max(1, total_tokens), 1),
         "index_bytes": index.stat().st_size,
-        "extract_seconds": round(seconds, 2),
+    })
+    write_json(paths.run_log("extract"), {
+        "extracted_now": len(todo), "extract_seconds": round(seconds, 2),
         "tokens_per_second": round(n_tok / seconds, 1) if todo and seconds > 0 else None,
     })
     return paths.features

@@ -318,7 +318,8 @@ def summarize(gens: list[Generation]) -> dict:
 
 
 def run_generate(cfg: Config, progress: bool = True) -> Path:
-    """DVC/Prefect entry point: read prompts, generate, write generations + report."""
+    """DVC/Prefect entry point: read prompts, generate, write generations + report (what the answers
+    are) + run log (how this run went: cached or generated, seconds, backend)."""
     paths = StagePaths.from_config(cfg)
     prompts = read_records(paths.prompts, Prompt)
     if not prompts:
@@ -327,10 +328,12 @@ def run_generate(cfg: Config, progress: bool = True) -> Path:
     gens, stats = generate_all(cfg, prompts, progress=progress)
     wall = time.perf_counter() - t0
     write_jsonl(paths.generations, gens)
-    report = {**summarize(gens), **stats, "wall_seconds": round(wall, 2)}
-    if stats["generate_seconds"] > 0:
-        report["tokens_per_second"] = round(stats["generated_tokens"] / stats["generate_seconds"], 1)
+    report = summarize(gens)
     write_json(paths.generate_report, report)
+    run = {**stats, "wall_seconds": round(wall, 2)}
+    if stats["generate_seconds"] > 0:
+        run["tokens_per_second"] = round(stats["generated_tokens"] / stats["generate_seconds"], 1)
+    write_json(paths.run_log("generate"), run)
     for k in ("empty_greedy", "truncated_greedy"):
         if report[k]:
             log.warning("%d of %d greedy answers are %s", report[k], report["n"], k.split("_")[0])

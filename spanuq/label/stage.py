@@ -4,7 +4,7 @@
 manifest when no corpus is configured).
 
 ``label``: generations.jsonl → claims.jsonl + labels.jsonl + label_report.json
-+ plots/label/.  Each answer is labelled once per content hash of (labeller,
++ plots/label/ (and runs/label.json: its seconds, cache hits and judge calls).  Each answer is labelled once per content hash of (labeller,
 label params, prompt, greedy answer, samples) and cached, so a crash, a judge
 outage or Ctrl-C loses nothing finished; a re-run labels only what is missing.
 An answer whose judge calls failed transiently is not cached: the stage labels
@@ -279,12 +279,13 @@ def run_label(cfg: Config, progress: bool = True) -> Path:
                            "samples": sum(s.finish_reason == "length" for s in gen_samples),
                            "samples_share": round(sum(s.finish_reason == "length" for s in gen_samples)
                                                   / max(1, len(gen_samples)), 4)},
-             "answers_with_unplaced_claims": sum(r.unplaced > 0 for r in records),
-             "cache": {"hits": cache.hits, "misses": cache.misses}, "seconds": round(seconds, 1)}
+             "answers_with_unplaced_claims": sum(r.unplaced > 0 for r in records)}
+    # how this run went (a cached answer costs no judge call): the run log, not the report
+    run = {"cache": {"hits": cache.hits, "misses": cache.misses}, "seconds": round(seconds, 1)}
     if judge_stats is not None:
-        extra["judge"] = judge_stats
-        extra["judge_failures"] = {k: judge_stats.get(k, 0) for k in
-                                   ("format_failures", "http_failures", "transient_failures", "truncated_failures")}
+        run["judge"] = judge_stats
+        run["judge_failures"] = {k: judge_stats.get(k, 0) for k in
+                                 ("format_failures", "http_failures", "transient_failures", "truncated_failures")}
     if cfg.label.sample_answers:
         extra["sample_answers"] = sample_answers_summary(extra_records, cfg.label.sample_answers,
                                                          cfg.evaluate.positive_threshold)
@@ -294,6 +295,7 @@ def run_label(cfg: Config, progress: bool = True) -> Path:
     extra["truth"] = truth_check(truth_rows, cfg.evaluate.positive_threshold, cfg.evaluate.bootstrap, cfg.evaluate.seed)
     report = label_report(records, cfg.label.uncertainty_bins, extra, cfg.evaluate.positive_threshold)
     write_json(paths.label_report, report)
+    write_json(paths.run_log("label"), run)
     title = f"labels — {cfg.backbone.name} ({cfg.label.method})"
     plot_label_report(records, paths.label_plots, title=title)
     plot_truth(truth_rows, extra["truth"], paths.label_plots, title="answer slots")

@@ -85,6 +85,12 @@ class StagePaths:
     def stage_cache(self, stage: str) -> Path:
         return self.cache / stage
 
+    def run_log(self, stage: str) -> Path:
+        """How the stage's last run went: seconds, tokens per second, cache hits, the backend, the
+        MLflow run.  Not a DVC output (nor inside one): a stage's outputs hold only what its inputs
+        determine, so the same inputs give the same output hashes and dvc.lock does not move."""
+        return self.root / "runs" / f"{stage}.json"
+
 
 def models_dir(cfg: Config | None = None) -> Path:
     """Folder for converted backbones (GGUF → safetensors), outside the repo by default."""

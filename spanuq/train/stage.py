@@ -290,9 +290,12 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
                   "n_train_sample_answers": sum(parse(e.prompt_id) is not None for e in train),
                   "n_train_given_answers": sum(is_given(e.prompt_id) for e in train), "n_dev_given": len(dev_given),
                   "train_dropped_unplaced": dropped, **calib,
-                  "train_spans": int(sum(len(e.u) for e in train)), "seconds": round(seconds, 1),
+                  "train_spans": int(sum(len(e.u) for e in train)),
                   "best_epoch": info["best_epoch"], "epochs_run": info["epochs_run"],
-                  "n_parameters": info["n_parameters"], **summary, "mlflow_run_id": run.info.run_id}
+                  "n_parameters": info["n_parameters"], **summary}
+        # how this run went (seconds, the MLflow run, the registry's version): the run log, not the report
+        run_log = {"seconds": round(seconds, 1), "epoch_seconds": [r["seconds"] for r in info["history"]],
+                   "mlflow_run_id": run.info.run_id}
         save_checkpoint(model, cfg.probe, train[0].h.shape[1], paths.probe, calibration,
                         extra={"backbone": cfg.backbone.name, "layers": fused_layers(cfg),
                                "system_prompt": cfg.backbone.system_prompt,
@@ -300,10 +303,11 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
                                "best_epoch": info["best_epoch"], "dev_auroc": dev_auroc,
                                # the answers' budget (none was longer): longer ones are read in windows of it
                                "window_tokens": cfg.generate.max_new_tokens})
-        write_json(paths.probe / "history.json", info["history"])
+        write_json(paths.probe / "history.json", [{k: v for k, v in r.items() if k != "seconds"}
+                                                  for r in info["history"]])
         tracking.log_metrics({"best_dev_auroc": dev_auroc} if dev_auroc is not None else {})
         if cfg.mlflow.register_model:
-            reg = log_probe(paths.probe, cfg, dev_auroc=dev_auroc)
-            report.update(reg or {})
+            run_log.update(log_probe(paths.probe, cfg, dev_auroc=dev_auroc) or {})
         write_json(paths.train_report, report)
+        write_json(paths.run_log("train"), run_log)
     return paths.probe
