@@ -40,5 +40,6 @@ UNSEEN_OPTS = --preset cpu-full -o paths.data=$(UNSEEN) -o prompts.source=file -
 guarantees: setup  ## re-fit the shipped probe's conformal.json and the tables of docs/guarantees.md (after ship-probe)
 	@[ -f $(UNSEEN)/smollm2-135m/labels.jsonl ] || for s in prompts generate label; do spanuq $$s $(UNSEEN_OPTS) || exit 1; done
 	spanuq extract $(UNSEEN_OPTS)
-	spanuq calibrate --model shipped --alpha 0.05 0.1 0.2 --guarantee factuality fdr --delta 0.1 \
+	spanuq calibrate --model shipped --out spanuq/probes/smollm2-135m/conformal.json \
+		--alpha 0.05 0.1 0.2 --guarantee factuality fdr --delta 0.1 \
 		--check 1000 --check-data $(UNSEEN) --doc docs/guarantees.md

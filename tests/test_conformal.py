@@ -2,6 +2,7 @@
 and the stored thresholds tied to the probe's weights."""
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,30 +120,42 @@ def test_doc_tables_replace_only_their_block(tmp_path):
     assert clopper_pearson(0, 10)[0] == 0 and clopper_pearson(10, 10)[1] == 1
 
 
-def test_calibrate_command_fits_on_the_shipped_test_split(tmp_path, repo_root):
-    """`spanuq calibrate` as a user runs it: the shipped probe's stored test split (40 answers here)."""
+def test_calibrate_command_fits_on_the_shipped_test_split(tmp_path, repo_root, monkeypatch):
+    """`spanuq calibrate` as a user runs it: the shipped probe's stored test split (40 answers here).
+    The shipped probe lies inside the package (here, an editable install: the repository), which is
+    not the user's to write: the thresholds go to the user's data folder, and scoring reads them there."""
     import os
     import subprocess
     import sys
 
     from spanuq.conformal.doc import BEGIN, END
+    from spanuq.score.shipped import shipped_dir
 
-    out = tmp_path / "conformal.json"
+    shipped = shipped_dir("smollm2-135m") / "conformal.json"
+    shipped_before = shipped.read_bytes()
+    home = tmp_path / "share"
     page = tmp_path / "guarantees.md"
     page.write_text(f"# Guarantees\n\nprose kept\n\n{BEGIN}\nold numbers\n{END}\n\nmore prose\n")
     r = subprocess.run([sys.executable, "-m", "spanuq.cli", "calibrate", "--model", "shipped", "--limit", "40",
-                        "--alpha", "0.1", "0.2", "--guarantee", "factuality", "fdr", "--out", str(out), "--check", "20",
-                        "--json", "--doc", str(page)], capture_output=True, text=True, timeout=900, cwd=repo_root,
-                       env={**os.environ, "PYTHONPATH": str(repo_root)})
+                        "--alpha", "0.1", "0.2", "--guarantee", "factuality", "fdr", "--check", "20",
+                        "--json", "--doc", str(page)], capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(repo_root), "XDG_DATA_HOME": str(home)})
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
+    assert shipped.read_bytes() == shipped_before  # the package is left as installed
+    out = Path(got["file"])
+    assert out.parent == home / "spanuq" / "conformal" and out.name.startswith("smollm2-135m-")
+    monkeypatch.setenv("XDG_DATA_HOME", str(home))
+    fact = next(row for row in got["rows"] if row["guarantee"] == "factuality" and row["alpha"] == 0.2)
+    assert store.load(shipped.parent, "factuality", 0.2).threshold == fact["threshold"]  # what scoring reads
     assert got["n_answers"] == 40 and got["n_claims"] > 40 and len(got["rows"]) == 4
     for row in got["rows"]:
         assert row["splits"]["n_splits"] == 20 and 0 <= row["calibration"]["kept_share"] <= 1
         if row["guarantee"] == "factuality":
             assert row["bound"] == math.floor(row["alpha"] * 41) / 41
     doc = json.loads(out.read_text())
-    assert doc["fitted_on"]["n_answers"] == 40 and len(doc["thresholds"]) == 4
+    assert doc["fitted_on"]["n_answers"] == 40 and len([t for t in doc["thresholds"] if t["n_answers"] == 40]) == 4
+    assert {t["alpha"] for t in doc["thresholds"]} >= {0.05}  # the shipped α = 0.05 kept beside this fit
     assert doc["probe_sha256"] == json.loads((repo_root / "spanuq/probes/smollm2-135m/card.json").read_text()
                                              )["weights"]["sha256"]
     # the docs' tables: written from this run between the markers, the prose around them kept

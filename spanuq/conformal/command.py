@@ -7,8 +7,9 @@
     spanuq calibrate --alpha 0.1 --check-data data-unseen      # fitted here, measured on another labelled folder
     spanuq calibrate ... --doc docs/guarantees.md              # and write the tables into the docs
 
-Writes ``conformal.json`` beside the probe's weights (`spanuq.score.guarantee`); `spanuq score / serve /
-refine --conformal-alpha A` use it.  The guarantees are stated in docs/guarantees.md.
+Writes ``conformal.json`` beside the probe's weights, or, for the probe shipped inside the installed
+package (not the user's to write), to ``~/.local/share/spanuq/conformal/`` (`spanuq.score.guarantee.files`);
+`spanuq score / serve / refine --conformal-alpha A` read it.  The guarantees are stated in docs/guarantees.md.
 """
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ def add_calibrate_args(p: argparse.ArgumentParser) -> None:
                    help="factuality: every kept claim of an answer right w.p. >= 1-α; fdr: expected share of kept "
                         "claims wrong <= α w.p. >= 1-δ (docs/guarantees.md)")
     p.add_argument("--delta", type=float, default=0.1, help="fdr: the probability δ that the guarantee fails")
-    p.add_argument("--out", default=None, help="the file to write (default: conformal.json beside the probe)")
+    p.add_argument("--out", default=None, help="the file to write (default: conformal.json beside the probe; for "
+                                               "the shipped probe, ~/.local/share/spanuq/conformal/<backbone>-<sha>.json, "
+                                               "which scoring reads first)")
     p.add_argument("--check", type=int, default=0, metavar="N",
                    help="also fit on random halves of the answers and measure on the other half, N times")
     p.add_argument("--check-data", default=None, metavar="DIR",

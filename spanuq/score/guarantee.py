@@ -1,4 +1,5 @@
-"""The fitted thresholds, stored with the probe: ``conformal.json`` beside ``model.safetensors``.
+"""The fitted thresholds, stored with the probe: ``conformal.json`` beside ``model.safetensors``
+(for the probe shipped in the package, a user's refit goes to a folder of the user's: `files`).
 
 Plain JSON (never pickled), tied to the probe by the sha256 of its weights: a file fitted for
 another probe (the probe was retrained, or copied beside another one) is refused, not used.
@@ -15,12 +16,14 @@ the answer as a whole is held back), which is what `spanuq score/serve --conform
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..pipeline.files import sha256_file
 from ..metrics.conformal import GUARANTEES, Fitted
+from .shipped import PROBES
 
 FILE = "conformal.json"
 FORMAT = 1
@@ -54,12 +57,29 @@ def _matches(entry: dict, guarantee: str, alpha: float, delta: float | None) -> 
             and (guarantee != "fdr" or delta is None or abs((entry.get("delta") or 0) - delta) < 1e-9))
 
 
+def files(probe_dir: Path) -> list[Path]:
+    """Where the thresholds of ``probe_dir`` are written (the first) and read (the first that exists).
+    Beside the probe, except for a probe shipped inside the installed package, which is not the
+    user's to write (in an editable install it is the repository): `spanuq calibrate` writes those
+    to ``$XDG_DATA_HOME/spanuq/conformal/<backbone>-<sha256 of the weights, 12>.json`` (XDG_DATA_HOME
+    defaults to ``~/.local/share``), and scoring reads that file first, then the one shipped beside the probe."""
+    probe_dir = Path(probe_dir)
+    if probe_dir.resolve().parent != PROBES:
+        return [probe_dir / FILE]
+    home = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "spanuq"
+    sha = sha256_file(probe_dir / "model.safetensors")[:12]
+    return [home / "conformal" / f"{probe_dir.name}-{sha}.json", probe_dir / FILE]
+
+
 def write(probe_dir: Path, fitted: list[tuple[Fitted, dict]], fitted_on: dict, positive_threshold: float,
           iou_threshold: float, out: Path | None = None) -> Path:
-    """Write (or update: entries of the same guarantee, α and δ are replaced) the file of ``probe_dir``."""
-    path = Path(out) if out else Path(probe_dir) / FILE
+    """Write (or update: entries of the same guarantee, α and δ are replaced) the file of ``probe_dir``
+    (`files(probe_dir)[0]`, or ``out``)."""
+    path = Path(out) if out else files(probe_dir)[0]
     sha = sha256_file(Path(probe_dir) / "model.safetensors")
-    old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    before = next((f for f in (path, *files(probe_dir)) if f.exists()), None)  # a shipped probe's own entries kept
+    old = json.loads(before.read_text(encoding="utf-8")) if before is not None else None
+    path.parent.mkdir(parents=True, exist_ok=True)
     keep = []
     if old and old.get("probe_sha256") == sha and old.get("fitted_on", {}).get("source") == fitted_on.get("source"):
         keep = [e for e in old.get("thresholds", [])
@@ -81,7 +101,7 @@ def load(probe_dir: Path, guarantee: str, alpha: float, delta: float | None = No
     error when there is none, or when the file was fitted for other weights."""
     if guarantee not in GUARANTEES:
         raise ValueError(f"unknown guarantee {guarantee!r}; one of {', '.join(GUARANTEES)}")
-    path = Path(path) if path else Path(probe_dir) / FILE
+    path = Path(path) if path else next((f for f in files(probe_dir) if f.exists()), Path(probe_dir) / FILE)
     how = f"`spanuq calibrate --model {probe_dir} --alpha {alpha} --guarantee {guarantee}`"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no conformal thresholds for this probe; fit them with {how}")
