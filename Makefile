@@ -28,7 +28,7 @@ bench: setup  ## the product benchmarks (generation, extraction, probe, score, s
 bench-gpu: setup  ## SpanUQ at the paper's shapes on a CUDA GPU
 	python benchmarks/bench_gpu.py
 
-bench-install: setup  ## size and time of the scoring install (pip install .) against the full one
+bench-install: setup  ## the README's scoring command in a fresh venv (packages, size, time; no CUDA package) against the full install
 	python benchmarks/bench_install.py
 
 ship-probe: setup  ## re-train the shipped probe (cpu-full preset) and re-ship it: make ship-probe MUSHROOM=<mu-shroom checkout>

@@ -63,7 +63,7 @@ def commands(readme: str) -> list[Command]:
                 span = " ".join(span.split())  # a code span may wrap
                 span = re.sub(r"\s+\[[^\]]*\]", "", span)  # optional parts, as in `spanuq ablate [--cv K]`
                 if span.startswith(TOOLS) and "|" not in span and "<" not in span:
-                    out.append(Command(span, "inline"))
+                    out += [Command(part.strip(), "inline") for part in span.split(" && ")]  # `a && b`: two commands
     seen: set[str] = set()
     return [c for c in out if not (c.line in seen or seen.add(c.line))]  # each once, where it first appears
 
@@ -112,6 +112,8 @@ def problem(cmd: Command) -> str | None:
             load_config(REPO / "params.yaml", overrides=sets)
         except Exception as e:  # noqa: BLE001 - any refusal is the answer
             return f"params.yaml refuses {sets}: {e}"
+    elif argv[:3] == ["pip", "install", "-r"]:
+        return None if (REPO / argv[3]).is_file() else f"no {argv[3]}"
     elif argv[:2] == ["pip", "install"]:
         extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
         m = re.fullmatch(r"\.(?:\[([\w,]+)\])?", argv[2])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install SpanUQ with every extra (the scoring install, the pipeline, orchestration,
 # development). Idempotent: a stamp of pyproject.toml + this script skips the work when nothing changed.
-# CPU machines get the CPU torch wheel first (otherwise pip pulls a multi-GB CUDA build).
+# CPU machines get the CPU torch first (requirements/torch-cpu.txt; otherwise pip pulls a multi-GB CUDA build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -15,7 +15,7 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
     || echo "setup: warning: could not install chromium (see /tmp/spanuq-apt.log); browser tests will be skipped" >&2
 fi
 stamp=.venv/.spanuq-setup
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+want=$(cat pyproject.toml requirements/torch-cpu.txt scripts/setup.sh | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
 log=.venv/setup.log
 : > "$log"
@@ -26,7 +26,9 @@ pip_install() {  # quiet on success; the log's tail on failure
 echo "setup: installing into .venv (first time: ~7 min, llama-cpp-python builds from source; log: $log)"
 pip_install -U pip
 if ! command -v nvidia-smi >/dev/null 2>&1; then
-  pip_install "torch==2.13.0"
+  # the README's CPU torch (PyTorch's CPU index; PyPI's Linux torch is the CUDA build). One retry: a
+  # machine that cannot reach that index (a local mirror holding the same wheel) does not wait minutes
+  pip_install --retries 1 -r requirements/torch-cpu.txt
 fi
 # llama-cpp-python has no wheel on PyPI and builds from source. llama.cpp's default is
 # `-march=native`: a wheel built on one CPU can crash on another machine of the same kind

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import httpx
@@ -117,3 +118,41 @@ def test_a_fresh_venv_with_the_scoring_install_scores_from_an_empty_folder(tmp_p
         proc.wait(timeout=30)
     assert [(s["start"], s["end"], round(s["u"], 4)) for s in served["spans"]] == \
         [(s["start"], s["end"], round(s["u"], 4)) for s in result["spans"]]
+
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import bench_install  # noqa: E402
+
+
+def test_the_readme_scoring_command_takes_a_cpu_only_torch():
+    """The README's CPU scoring command (the one `make bench-install` types) installs torch from
+    requirements/torch-cpu.txt first: on Linux, a `+cpu` build only PyTorch's CPU index serves, so
+    PyPI's CUDA build (nvidia-* packages, triton) can never satisfy it; `pip install .` then keeps it."""
+    from packaging.requirements import Requirement
+
+    command = bench_install.readme_command()
+    first, second = command.split(" && ")
+    assert first == "pip install -r requirements/torch-cpu.txt" and second == "pip install ."
+    lines = [x.split("#")[0].strip() for x in (REPO / "requirements/torch-cpu.txt").read_text().splitlines()]
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
+    reqs = [Requirement(x) for x in lines if x and not x.startswith("-")]
+    linux = [r for r in reqs if r.marker is None or r.marker.evaluate({"sys_platform": "linux"})]
+    assert [(r.name, str(r.specifier)) for r in linux] == [("torch", "==2.13.0+cpu")]
+    core = [Requirement(x) for x in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    assert all(r.specifier.contains("2.13.0+cpu") for r in core if r.name == "torch")  # within spanuq's range
+
+
+@pytest.mark.slow
+def test_the_readme_scoring_command_in_a_fresh_venv_installs_no_cuda_package_and_scores(tmp_path):
+    """`make bench-install`'s measurement as a test: the README's command, typed into a fresh venv from a
+    fresh copy of the repository (this machine's pip cache: llama-cpp-python builds once), holds no
+    nvidia-* package and no triton, and `spanuq score` scores with the shipped probe from an empty folder."""
+    row = bench_install.install("readme", tmp_path, pip_cache=True)
+    assert row["cuda"] == [] and row["distributions"] < 100, row
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cli = subprocess.run([str(tmp_path / "venv-readme" / "bin" / "spanuq"), "score", PROMPT, "--response", ANSWER,
+                          "--json"], capture_output=True, text=True, cwd=empty, env=env, timeout=600)
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    assert json.loads(cli.stdout)["spans"]
