@@ -37,6 +37,14 @@ def uq(tmp_path_factory):
         os.chdir(here)
 
 
+@pytest.fixture(scope="module")
+def stored_test(uq):
+    """The card's stored test answers, their states re-extracted with the backbone (read-only: once a module)."""
+    from spanuq.score.shipped import test_examples
+
+    return test_examples(SHIPPED, uq.model, uq.tok, uq.layers, CARD["extract"]["dtype"])
+
+
 def test_without_a_trained_probe_load_takes_the_shipped_one_and_names_it(uq):
     assert uq.checkpoint.resolve() == SHIPPED.resolve()
     sha = CARD["weights"]["sha256"]
@@ -54,14 +62,13 @@ def test_the_weights_are_the_ones_the_card_names():
 
 
 
-def test_the_card_matches_a_re_evaluation_on_its_stored_test_split(uq):
+def test_the_card_matches_a_re_evaluation_on_its_stored_test_split(uq, stored_test):
     """Re-extract the stored test answers' states with the backbone, score them with the
     evaluate stage's code over every labelled span, and find the card's figures."""
     from spanuq.evaluate.stage import evaluate_probe
     from spanuq.features.dataset import answers
-    from spanuq.score.shipped import test_examples
 
-    test = test_examples(SHIPPED, uq.model, uq.tok, uq.layers, CARD["extract"]["dtype"])
+    test = stored_test
     assert len(test) == CARD["metrics"]["n_responses"]
     cfg = uq.cfg.model_copy(update={"evaluate": uq.cfg.evaluate.model_validate({**CARD["evaluate"], "bootstrap": 0})})
     metrics, _, _ = evaluate_probe(cfg, uq.probe, uq.fitted, test, "cpu", answers(uq.tok, test), window=uq.window)
@@ -104,14 +111,13 @@ def test_spanuq_score_names_the_probe_it_scores_with(tmp_path):
     assert json.loads(out.stdout)["answer"] == ANSWER
 
 
-def test_the_registry_imports_the_shipped_probe_as_a_version_that_scores_like_it(make_cfg, uq):
+def test_the_registry_imports_the_shipped_probe_as_a_version_that_scores_like_it(make_cfg, uq, stored_test):
     """`spanuq registry import-shipped` on a local sqlite store: a tagged version of
     spanuq-<backbone> whose pyfunc gives the checkpoint's spans for the same states."""
     from spanuq.llm.states import FeatureItem
     from spanuq.model.postprocess import predict
     from spanuq.pipeline import tracking
     from spanuq.score.shipped import import_shipped
-    from spanuq.score.shipped import test_examples
 
     cfg = make_cfg("mlflow.experiment=test-shipped")
     info = import_shipped(cfg)
@@ -120,7 +126,7 @@ def test_the_registry_imports_the_shipped_probe_as_a_version_that_scores_like_it
     mv = client.get_model_version(info["registered_model"], str(info["model_version"]))
     assert mv.tags["source"] == "shipped" and mv.tags["sha256"] == CARD["weights"]["sha256"]
 
-    ex = test_examples(SHIPPED, uq.model, uq.tok, uq.layers, CARD["extract"]["dtype"])[0]
+    ex = stored_test[0]
     pyfunc = mlflow.pyfunc.load_model(f"models:/{info['registered_model']}/{info['model_version']}")
     out = pyfunc.predict({"h": ex.h.numpy(), "entropy": ex.entropy.numpy()})[0]
 
