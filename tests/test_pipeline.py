@@ -104,6 +104,17 @@ def test_dvc_repro_runs_the_six_stages_end_to_end_and_reruns_only_what_a_param_t
                                     "semantic_entropy", "eigenscore", "kle", "self_verify"}
     assert all("span" in r or "unavailable" in r for r in base["methods"].values())
     assert base["cost"]["spanuq"]["seconds_per_answer"] > 0 and (root / "report/index.html").exists()
+    # the same inputs, the same outputs: generate, label and extract run again (from their item caches)
+    # write the bytes dvc.lock holds, so the lock does not move and nothing after them looks changed;
+    # how each run went is in runs/<stage>.json, which DVC does not track
+    lock = (repo / "dvc.lock").read_text()
+    out = subprocess.run([str(BIN / "dvc"), "repro", "--force", "--single-item", "generate", "label", "extract"],
+                         cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert (repo / "dvc.lock").read_text() == lock
+    status = subprocess.run([str(BIN / "dvc"), "status", "--json"], cwd=repo, env=env, capture_output=True, text=True)
+    assert json.loads(status.stdout or "{}") == {}, status.stdout
+    assert json.loads((root / "runs/extract.json").read_text())["extracted_now"] == 0
     # a training param reruns train and evaluate only
     tree = yaml.safe_load((repo / "params.yaml").read_text())
     tree["train"]["joint_epochs"] = 3
