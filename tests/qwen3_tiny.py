@@ -11,7 +11,8 @@ from pathlib import Path
 TEMPLATE = Path(__file__).parent / "fixtures" / "qwen3" / "chat_template.jinja"
 # Qwen3's shapes, shrunk: layers the probe fuses are addressed 1..2 (backbone.layers=[1,2])
 SHAPES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, tie_word_embeddings=True)
+              num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, tie_word_embeddings=True,
+              initializer_range=0.2)  # larger than Qwen3's 0.02: a random model that writes words, not one repeated token
 
 
 def build_qwen3_tiny(folder: Path, seed: int = 0) -> Path:

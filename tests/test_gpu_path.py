@@ -174,6 +174,7 @@ def test_sweep_coordinator_extracts_features_in_a_child_process(qwen3, tmp_path,
     monkeypatch.setattr(extract_stage, "load_backbone", refuse)
     d = ensure_features(cfg)
     assert d == features_dir(cfg) and json.loads((d / "index.json").read_text())["meta"]["layers"] == [1]
+    assert len(list((Path(cfg.paths.cache) / "qwen3-8b" / "extract").glob("*.safetensors"))) == 2  # both answers
 
 
 # ------------------------------------------------------------------ the judge, checked before generation
