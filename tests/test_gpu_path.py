@@ -110,18 +110,25 @@ def test_standin_vllm_refuses_a_process_that_holds_a_backbone(qwen3, standin):
 
 # ------------------------------------------------------------------ no GPU stage of any path meets that refusal
 def test_baselines_time_vllm_decoding_in_a_process_of_its_own(qwen3, standin):
-    """The baselines stage holds the backbone when it times decoding: the timer runs in a child process."""
+    """The baselines stage times decoding in a child process, before it loads its backbone (on a GPU, the
+    child's vLLM shares the card with this process)."""
     from spanuq.baselines.context import AnswerInfo
     from spanuq.baselines.cost import time_decoding
-    from spanuq.llm.loading import chat_prompt, load_backbone
+    from spanuq.llm.loading import chat_prompt, load_backbone, load_tokenizer
 
     cfg = qwen3(*VLLM)
-    model, tok = load_backbone(cfg)  # what the stage holds at that point
-    infos = [AnswerInfo("p1", "Capital of France?", chat_prompt(tok, "Capital of France?"), "Paris.", [], [])]
+    chat = chat_prompt(load_tokenizer(cfg), "Capital of France?")
+    infos = [AnswerInfo("p1", "Capital of France?", chat, "Paris.", [], [])]
     out = time_decoding(cfg, infos)
     assert out["backend"] == "vllm" and out["n_answers"] == 1 and out["n_samples"] == 2
     assert out["greedy_seconds_per_answer"] > 0 and out["samples_seconds_per_answer"] > 0
-    assert model is not None
+    import vllm
+
+    assert len(vllm.ENGINES) == 0  # the engine lived in the child only
+    held = load_backbone(cfg)
+    with pytest.raises(RuntimeError, match="before this process loads a backbone"):
+        time_decoding(cfg, infos)
+    assert held
 
 
 def test_baselines_ask_the_backbone_they_hold_when_its_dtype_already_matches(qwen3):
