@@ -22,10 +22,10 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 
 # gpu-paper, shrunk to minutes on a CPU: fewer and shorter answers, a small probe, few epochs
-SHRINK = ["prompts.source=bundled", "prompts.n_prompts=30", "prompts.split_sizes=null",
-          "backbone.layers=[1,2]", "generate.backend=hf", "generate.n_samples=3", "generate.max_new_tokens=24",
-          "generate.sample_max_new_tokens=24", "generate.batch_size=8", "label.alignment=embedding",
-          "label.judge.model=scripted-judge", "label.judge.backoff_s=0.01",
+SHRINK = ["prompts.source=bundled", "prompts.n_prompts=16", "prompts.split_sizes=null",
+          "backbone.layers=[1,2]", "generate.backend=hf", "generate.n_samples=2", "generate.max_new_tokens=16",
+          "generate.sample_max_new_tokens=16", "generate.batch_size=8", "label.alignment=embedding",
+          "label.judge.model=scripted-judge", "label.judge.backoff_s=0.01", "label.judge.concurrency=8",
           "probe.d_proj=32", "probe.n_queries=8", "probe.n_heads=4", "probe.d_ffn=64", "train.warmup_epochs=1",
           "train.joint_epochs=2", "train.batch_size=8", "evaluate.bootstrap=20", "baselines.bootstrap=20",
           "baselines.cost_answers=1", "report.log_mlflow=false", "mlflow.register_model=false"]
@@ -41,6 +41,7 @@ def _env(tmp_path: Path) -> dict:
     return env
 
 
+@pytest.mark.timeout(3600)
 def test_gpu_paper_runs_every_stage_through_prefect_and_a_two_trial_sweep(tmp_path):
     build_qwen3_tiny(tmp_path / "models" / "qwen3-8b")
     with ScriptedJudge(truths=("Paris", "London", "1945")) as judge:
@@ -50,16 +51,16 @@ def test_gpu_paper_runs_every_stage_through_prefect_and_a_two_trial_sweep(tmp_pa
         code = ("from flows.pipeline import pipeline; import json; "
                 f"print(json.dumps(pipeline(backbone='qwen3-8b', params={str(REPO / 'params.yaml')!r}, "
                 f"preset='gpu-paper', overrides={overrides!r})))")
-        subprocess.run([sys.executable, "-c", code], env=_env(tmp_path), cwd=REPO, check=True, timeout=1800)
+        subprocess.run([sys.executable, "-c", code], env=_env(tmp_path), cwd=REPO, check=True, timeout=3000)
         assert len(judge.requests) > 0  # the labels came from the judge
 
     root = tmp_path / "data" / "qwen3-8b"
     gens = [json.loads(line) for line in (root / "generations.jsonl").read_text().splitlines()]
-    assert len(gens) == 30 and all(len(g["samples"]) == 3 for g in gens)
+    assert len(gens) == 16 and all(len(g["samples"]) == 2 for g in gens)
     assert "<think>" not in gens[0]["chat_prompt"].split("<|im_start|>assistant")[0]
     assert gens[0]["chat_prompt"].endswith("<think>\n\n</think>\n\n")  # Qwen3's template, thinking off
     metrics = json.loads((root / "baselines" / "metrics.json").read_text())
-    assert metrics["backbone"] == "qwen3-8b" and metrics["n_samples"] == 3
+    assert metrics["backbone"] == "qwen3-8b" and metrics["n_samples"] == 2
     assert metrics["cost"]["decoding"]["backend"] == "hf"  # timed in its own process
     asked = [m for m in ("verbalized", "p_true", "self_verify") if "unavailable" not in metrics["methods"][m]]
     assert asked == ["verbalized", "p_true", "self_verify"], metrics["methods"]

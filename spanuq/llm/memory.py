@@ -84,6 +84,19 @@ def fewest_gpus(fits) -> int | None:
     return next((n for n in GPUS if fits(n)), None)
 
 
+def _card_table(title: str, archs: list[Arch], cell) -> list[str]:
+    """One row per backbone, one column per card size: ``cell(arch, card_gib)`` (None: not on 8 GPUs)."""
+    out = ["", title, "", "| backbone | " + " | ".join(f"{c} GB cards" for c in CARDS_GIB) + " |",
+           "|---|" + "---|" * len(CARDS_GIB)]
+    for a in archs:
+        out.append(f"| {a.name} | " + " | ".join(cell(a, c) or "does not fit on 8" for c in CARDS_GIB) + " |")
+    return out
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'s' if n > 1 else ''}"
+
+
 def tables(max_model_len: int = 1536, answer_tokens: int = 512, n_samples: int = 20, utilization: float = 0.85,
            names: list[str] | None = None) -> str:
     """docs/gpu.md's tables (Markdown)."""
@@ -96,41 +109,29 @@ def tables(max_model_len: int = 1536, answer_tokens: int = 512, n_samples: int =
         kv = kv_bytes_per_token(a)
         out.append(f"| {a.name} | {n_params(a) / 1e9:.2f}B | {weights_gib(a):.1f} GiB | {kv / 1024:.0f} KiB | "
                    f"{kv * max_model_len / GIB:.2f} GiB |")
-    out += ["", "**generate** (vLLM): fewest GPUs (`generate.vllm.tensor_parallel_size`) per card, and the "
-            f"sequences decoded at once there (>= {n_samples + 1}: a prompt's greedy answer and its {n_samples} "
-            "samples together)", "",
-            "| backbone | " + " | ".join(f"{c} GB cards" for c in CARDS_GIB) + " |", "|---|" + "---|" * len(CARDS_GIB)]
-    for a in archs:
-        cells = []
-        for c in CARDS_GIB:
-            n = fewest_gpus(lambda n: vllm_sequences(a, c, n, max_model_len, utilization) >= n_samples + 1)
-            cells.append(f"{n} GPU{'s' if n > 1 else ''}: {vllm_sequences(a, c, n, max_model_len, utilization)} seqs"
-                         if n else "does not fit on 8")
-        out.append(f"| {a.name} | " + " | ".join(cells) + " |")
-    out += ["", "**extract** (transformers, `backbone.device_map: auto` over the GPUs when more than one): fewest "
-            "GPUs per card and the largest `extract.batch_size` that fits there", "",
-            "| backbone | " + " | ".join(f"{c} GB cards" for c in CARDS_GIB) + " |", "|---|" + "---|" * len(CARDS_GIB)]
-    for a in archs:
-        cells = []
-        for c in CARDS_GIB:
-            n = fewest_gpus(lambda n: extract_peak_gib(a, n, 1, max_model_len, answer_tokens) <= c)
-            if n is None:
-                cells.append("does not fit on 8")
-                continue
-            b = next(b for b in BATCHES if extract_peak_gib(a, n, b, max_model_len, answer_tokens) <= c)
-            cells.append(f"{n} GPU{'s' if n > 1 else ''}, batch {b} "
-                         f"({extract_peak_gib(a, n, b, max_model_len, answer_tokens):.0f} GiB)")
-        out.append(f"| {a.name} | " + " | ".join(cells) + " |")
-    out += ["", "**baselines** (the backbone in transformers, the asking methods, an NLI model): fewest GPUs per "
-            "card (decoding is timed in its own process before, as generate)", "",
-            "| backbone | " + " | ".join(f"{c} GB cards" for c in CARDS_GIB) + " |", "|---|" + "---|" * len(CARDS_GIB)]
-    for a in archs:
-        cells = []
-        for c in CARDS_GIB:
-            n = fewest_gpus(lambda n: baselines_peak_gib(a, n, max_model_len, answer_tokens) <= c)
-            cells.append(f"{n} GPU{'s' if n > 1 else ''} ({baselines_peak_gib(a, n, max_model_len, answer_tokens):.0f} "
-                         "GiB)" if n else "does not fit on 8")
-        out.append(f"| {a.name} | " + " | ".join(cells) + " |")
+
+    def generate(a: Arch, c: int) -> str | None:
+        n = fewest_gpus(lambda n: vllm_sequences(a, c, n, max_model_len, utilization) >= n_samples + 1)
+        return n and f"{_gpus(n)}: {vllm_sequences(a, c, n, max_model_len, utilization)} seqs"
+
+    def extract(a: Arch, c: int) -> str | None:
+        n = fewest_gpus(lambda n: extract_peak_gib(a, n, 1, max_model_len, answer_tokens) <= c)
+        if n is None:
+            return None
+        b = next(b for b in BATCHES if extract_peak_gib(a, n, b, max_model_len, answer_tokens) <= c)
+        return f"{_gpus(n)}, batch {b} ({extract_peak_gib(a, n, b, max_model_len, answer_tokens):.0f} GiB)"
+
+    def baselines(a: Arch, c: int) -> str | None:
+        n = fewest_gpus(lambda n: baselines_peak_gib(a, n, max_model_len, answer_tokens) <= c)
+        return n and f"{_gpus(n)} ({baselines_peak_gib(a, n, max_model_len, answer_tokens):.0f} GiB)"
+
+    out += _card_table("**generate** (vLLM): fewest GPUs (`generate.vllm.tensor_parallel_size`) per card, and the "
+                       f"sequences decoded at once there (>= {n_samples + 1}: a prompt's greedy answer and its "
+                       f"{n_samples} samples together)", archs, generate)
+    out += _card_table("**extract** (transformers, `backbone.device_map: auto` over the GPUs when more than one): "
+                       "fewest GPUs per card and the largest `extract.batch_size` that fits there", archs, extract)
+    out += _card_table("**baselines** (the backbone in transformers, the asking methods, an NLI model): fewest GPUs "
+                       "per card (decoding is timed in its own process before, as generate)", archs, baselines)
     return "\n".join(out) + "\n"
 
 
