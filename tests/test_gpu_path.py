@@ -85,6 +85,9 @@ def test_vllm_engine_gets_the_typed_settings_and_gives_its_memory_back(qwen3, st
     assert len(greedy) == 2 and [len(s) for s in samples] == [2, 2]
     assert samples == gen.sample(prompts, 2, [11, 12])  # seeded per prompt
     assert all(c.finish_reason in ("stop", "length") for c in greedy)
+    (chat,) = gen.llm.chat([{"role": "user", "content": "Hi"}], standin.SamplingParams(max_tokens=3),
+                           chat_template_kwargs={"enable_thinking": False})  # vLLM's chat entry, Qwen3's switch
+    assert chat.prompt.endswith("</think>\n\n") and len(chat.outputs[0].token_ids) <= 3
     # a second engine while the first holds its share of the card: refused, as vLLM does
     with pytest.raises(ValueError, match="Free memory on device"):
         standin.LLM(**{**args, "gpu_memory_utilization": 0.6})
