@@ -29,40 +29,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from spanuq.config import LossConfig, ProbeConfig  # noqa: E402
 from spanuq.llm.presets import get_preset  # noqa: E402
+from spanuq.llm.shapes import architectures  # noqa: E402
 from spanuq.llm.states import feature_items, teacher_forced_ids  # noqa: E402
 from spanuq.model.losses import SetCriterion  # noqa: E402
 from spanuq.model.matcher import HungarianMatcher  # noqa: E402
 from spanuq.model.probe import SpanUQProbe  # noqa: E402
 
-# Architectures of the hub backbones (their published config.json), enough to build
-# them with random weights for timing.
-ARCH = {
-    "qwen3-14b": dict(model_type="qwen3", hidden_size=5120, intermediate_size=17408, num_hidden_layers=40,
-                      num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=151936,
-                      tie_word_embeddings=False),
-    "qwen3-8b": dict(model_type="qwen3", hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
-                     tie_word_embeddings=False),
-    "qwen3-4b": dict(model_type="qwen3", hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
-                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
-                     tie_word_embeddings=True),
-    "mistral-7b": dict(model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                       num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=32768,
-                       tie_word_embeddings=False),
-}
-
-
 def random_backbone(name: str, device: str):
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from spanuq.llm.shapes import random_backbone as build
 
-    arch = dict(ARCH[name])
     preset = get_preset(name)
-    assert (arch["hidden_size"], arch["num_hidden_layers"]) == (preset.d_model, preset.n_layers), name
-    config = AutoConfig.for_model(arch.pop("model_type"), **arch)
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    return model.eval(), preset
+    model = build(name, device, "bfloat16")
+    assert (model.config.hidden_size, model.config.num_hidden_layers) == (preset.d_model, preset.n_layers), name
+    return model, preset
 
 
 def cuda_time(fn, repeats: int) -> tuple[float, float]:
@@ -99,7 +78,7 @@ def synthetic_batch(B: int, T: int, d: int, device: str, seed: int = 0):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backbone", default="qwen3-14b", choices=sorted(ARCH))
+    ap.add_argument("--backbone", default="qwen3-14b", choices=sorted(set(architectures()) - {"smollm2-135m"}))
     ap.add_argument("--tokens", type=int, default=300, help="response length T")
     ap.add_argument("--prompt-tokens", type=int, default=60)
     ap.add_argument("--batch", type=int, default=16)

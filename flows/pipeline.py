@@ -25,7 +25,9 @@ from prefect.context import TaskRunContext
 
 from spanuq.config import Config, load_config
 from spanuq.pipeline.files import sha256_tree
-from spanuq.stages import STAGES, run_stage
+from spanuq.llm.judge_endpoint import check_judge
+from spanuq.pipeline.child import run_in_child
+from spanuq.stages import STAGES
 
 REPO = Path(__file__).resolve().parents[1]
 DVC_YAML = REPO / "dvc.yaml"
@@ -82,7 +84,9 @@ def _config(params: str, overrides: list[str], preset: str | None) -> Config:
 @task(name="stage", task_run_name="{name}", cache_key_fn=stage_cache_key, cache_expiration=timedelta(days=365),
       persist_result=True)
 def stage_task(name: str, params: str, overrides: list[str], preset: str | None, upstream: str | None = None) -> str:
-    return str(run_stage(name, _config(params, overrides, preset), progress=False))
+    """The stage in a process of its own (`spanuq.pipeline.child`): a GPU stage's model, or vLLM's
+    reservation, is gone from the cards when it ends, before the next stage loads."""
+    return str(run_in_child(STAGES[name], _config(params, overrides, preset), {"progress": False}, capture=True))
 
 
 @flow(name="pipeline", log_prints=True)
@@ -94,6 +98,8 @@ def pipeline(backbone: str = "smollm2-135m", params: str = "params.yaml", preset
     """
     logger = get_run_logger()
     ov = [*(overrides or []), f"backbone.name={backbone}"]
+    if not stages or {"generate", "label"} & set(stages):
+        check_judge(_config(params, ov, preset))  # label.method=judge: fail now, not after generation
     out, upstream = {}, None
     for name in STAGES:
         if stages and name not in stages:

@@ -35,6 +35,7 @@ from spanuq.sweep.data import human
 from spanuq.sweep.runner import data_status, fetch_inputs, join, upstream_stages
 from spanuq.sweep.slots import hold_slot, node_name, visible_slots
 from spanuq.sweep.study import unfinished
+from spanuq.sweep.upstream import machine_cache
 from spanuq.sweep.worker import check_environment
 
 
@@ -129,8 +130,9 @@ def sweep(backbone: str = "smollm2-135m", spec: str | None = None, storage: str 
     stages = upstream_stages(sw, upstream, runners)
     if stages:
         logger.info("the sweep's inputs are missing: running the pipeline's %s stages first", ", ".join(stages))
+        # their per-item caches in the machine's checkout: a killed sweep resumes from them in its next clone
         pipeline(backbone=backbone, params=sw.spec.params, preset=sw.spec.preset,
-                 overrides=[*sw.spec.overrides, *sw.overrides], stages=stages)
+                 overrides=[*sw.spec.overrides, *sw.overrides, *machine_cache(sw.base_config)], stages=stages)
     parent = prepare_task(sw, runners)
     manifest = sw.study().user_attrs["sweep_data"]
     if manifest["mode"] == "dvc":

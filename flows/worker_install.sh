@@ -8,7 +8,8 @@
 #                                     the Dockerfile sets it; the multi-machine test does too, as
 #                                     creating an environment per flow run takes minutes)
 #   otherwise                         pip-install this commit's requirements (pyproject.toml's
-#                                     dependencies + the orchestration extra; not spanuq itself) into the
+#                                     dependencies + the orchestration extra, or the extras named in
+#                                     SPANUQ_WORKER_EXTRAS, e.g. gpu; not spanuq itself) into the
 #                                     worker's environment, one flow run at a time (a lock in that
 #                                     environment); satisfied ones are kept, so a run that needs nothing
 #                                     new costs seconds. The flow then checks its own Python again.

@@ -29,6 +29,9 @@ class BackboneConfig(_Section):
     layers: list[int] | None = None  # None: the preset's layers
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "auto"  # auto | cpu | cuda | cuda:0 ...
+    # transformers loads (extract, baselines, hf generate) spread over the machine's GPUs by accelerate
+    # (layers placed in order, docs/gpu.md); None: the whole model on `device`
+    device_map: Literal["auto", "balanced", "sequential"] | None = None
     # short answers that end on their own within the token budget; None: the chat template's default
     system_prompt: str | None = "You are a helpful assistant. Answer factually in two or three sentences."
 
@@ -129,6 +132,18 @@ class PromptsConfig(_Section):
     add_train: list[str] = Field(default_factory=list)
 
 
+class VLLMConfig(_Section):
+    """vLLM's engine (``generate.backend: vllm``; the settings that fit each card: docs/gpu.md)."""
+
+    # the context vLLM reserves KV cache for; None: prompt_tokens + the larger answer budget, rounded up to 256
+    # (Qwen3's own 40,960 does not fit a 24 or 40 GB card)
+    max_model_len: int | None = Field(default=None, ge=256)
+    prompt_tokens: int = Field(default=1024, ge=16)  # the chat-templated prompt's budget (max_model_len above)
+    tensor_parallel_size: int = Field(default=1, ge=1)  # GPUs one engine spans
+    gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)  # share of each card vLLM may take
+    enforce_eager: bool = False  # no CUDA graphs: less memory, slower decoding
+
+
 class GenerateConfig(_Section):
     """Greedy primary answer + S samples (paper §4.1)."""
 
@@ -165,6 +180,7 @@ class GenerateConfig(_Section):
     timeout_s: float = 120.0
     max_retries: int = 4
     concurrency: int = 4
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
 
 
 class JudgeConfig(_Section):

@@ -30,7 +30,7 @@ def test_stage_key_follows_dvc_yaml_params_and_deps(tmp_path, make_cfg):
                                      "generate.max_new_tokens",  # the windows of long answers
                                      "presets.cpu-full.generate", "presets.cpu-full.probe", "presets.cpu-full.train",
                                      "presets.gpu-paper.generate", "presets.gpu-paper.backbone",
-                                     "presets.gpu-paper.probe", "presets.gpu-paper.train"}
+                                     "presets.gpu-paper.probe", "presets.gpu-paper.loss", "presets.gpu-paper.train"}
     assert inputs["deps"]["data/${backbone.name}/labels.jsonl"] != "missing"
     assert {p.name for p in stage_outputs("train", cfg)} == {"probe", "train_report.json"}
     key = stage_cache_key(None, _params(tmp_path))

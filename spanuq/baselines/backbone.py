@@ -112,9 +112,10 @@ class BackboneAsker:
 
 
 def asker_config(cfg):
-    """The config with ``backbone.dtype`` = ``baselines.backbone_dtype`` (null: the backbone's own)."""
+    """The config with ``backbone.dtype`` = ``baselines.backbone_dtype``; ``cfg`` itself when that is null or
+    already the backbone's (the stage then asks the backbone it holds: no second copy)."""
     dtype = cfg.baselines.backbone_dtype
-    if dtype is None:
+    if dtype is None or dtype == cfg.backbone.dtype:
         return cfg
     return cfg.model_copy(update={"backbone": cfg.backbone.model_copy(update={"dtype": dtype})})
 

@@ -8,7 +8,8 @@ Measured in the baselines stage's own run, on the test answers:
   text: one tokenisation of the answer).
 * Decoding: the greedy answer (what every method starts from) and the S samples
   the sampling methods need, re-generated with the configured generate backend on
-  ``baselines.cost_answers`` test answers (their seeds as in the generate stage).
+  ``baselines.cost_answers`` test answers (their seeds as in the generate stage), in a
+  process of its own (as the generate stage runs).
   Token counts of the samples come from ``generations.jsonl`` over the whole
   test split.
 
@@ -55,7 +56,17 @@ def time_spanuq(cfg: Config, backbone, tokenizer, probe, calibration: Calibratio
 
 
 def time_decoding(cfg: Config, infos: list[AnswerInfo]) -> dict:
-    """Greedy and S-sample decoding time per answer with the configured generate backend."""
+    """Greedy and S-sample decoding time per answer with the configured generate backend, measured in a
+    process of its own (`spanuq.pipeline.child`): this stage holds the backbone, beside which vLLM does
+    not start, and a second transformers copy would double its memory."""
+    from ..pipeline.child import run_in_child
+
+    return run_in_child("spanuq.baselines.cost:decoding_times", cfg,
+                        {"prompts": [[i.chat_prompt, i.prompt_id] for i in infos]})
+
+
+def decoding_times(cfg: Config, prompts: list[list[str]]) -> dict:
+    """`time_decoding`'s measurement, in the child: ``prompts`` are [chat prompt, prompt id] pairs."""
     from ..generate.stage import open_generator, prompt_seed
 
     S = cfg.generate.n_samples
@@ -63,15 +74,15 @@ def time_decoding(cfg: Config, infos: list[AnswerInfo]) -> dict:
     t_start = time.perf_counter()
     with open_generator(cfg) as gen:
         startup = time.perf_counter() - t_start
-        for info in infos:
+        for chat, prompt_id in prompts:
             t0 = time.perf_counter()
-            gen.greedy([info.chat_prompt])
+            gen.greedy([chat])
             t1 = time.perf_counter()
-            gen.sample([info.chat_prompt], S, [prompt_seed(cfg.generate.seed, info.prompt_id)])[0]
+            gen.sample([chat], S, [prompt_seed(cfg.generate.seed, prompt_id)])[0]
             t2 = time.perf_counter()
             t_greedy.append(t1 - t0)
             t_samples.append(t2 - t1)
-    return {"backend": cfg.generate.backend, "n_answers": len(infos), "n_samples": S,
+    return {"backend": cfg.generate.backend, "n_answers": len(prompts), "n_samples": S,
             "greedy_seconds_per_answer": float(np.mean(t_greedy)) if t_greedy else None,
             "samples_seconds_per_answer": float(np.mean(t_samples)) if t_samples else None,
             "backend_startup_seconds": round(startup, 2)}

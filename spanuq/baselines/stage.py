@@ -235,6 +235,9 @@ def run_baselines(cfg: Config, progress: bool = True) -> Path:
                          "see the label report")
     context = AnswerContext.load(cfg)
     infos = context.for_examples(test)
+    # decoding is timed first, in a process of its own, while this one holds nothing on the GPU: vLLM reserves
+    # its share of the card at start-up and refuses when a backbone already takes it
+    decoding = time_decoding(cfg, infos[: cfg.baselines.cost_answers]) if cfg.baselines.cost_answers else {}
     shared = Shared(cfg, context)
 
     rows, scores, mlp = {}, {}, None
@@ -257,7 +260,7 @@ def run_baselines(cfg: Config, progress: bool = True) -> Path:
     ckpt = load_checkpoint(fit.probe, device)
     model, tok = shared.backbone()
     cost = {"spanuq": time_spanuq(cfg, model, tok, ckpt.probe, ckpt.calibration, test, infos, device)}
-    cost["decoding"] = time_decoding(cfg, infos[: cfg.baselines.cost_answers]) if cfg.baselines.cost_answers else {}
+    cost["decoding"] = decoding
     sample_tokens = float(np.mean([sum(i.sample_tokens) for i in infos]))
     add_costs(rows, cost, sample_tokens, cfg.generate.n_samples)
     cost["ratio"] = spanuq_vs_selfcheck(cost, rows.get("selfcheck_nli"))

@@ -11,7 +11,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
 from ..config import Config
-from ..llm.loading import load_backbone
+from ..llm.loading import load_backbone, release_memory
 from .base import Completion
 
 
@@ -47,6 +47,7 @@ class HFGenerator:
 
     def __init__(self, cfg: Config, model=None, tokenizer=None):
         self.cfg = cfg.generate
+        self._owned = model is None  # loaded here: released by close()
         if model is None:
             model, tokenizer = load_backbone(cfg)
         self.model, self.tok = model, tokenizer
@@ -97,4 +98,6 @@ class HFGenerator:
         return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
 
     def close(self) -> None:
-        pass
+        if self._owned and self.model is not None:
+            self.model = None
+            release_memory()

@@ -1,11 +1,41 @@
-"""In-process vLLM backend (GPU; `pip install spanuq[gpu]`). Imported lazily."""
+"""In-process vLLM backend (GPU; `pip install spanuq[gpu]`). Imported lazily.
+
+vLLM reserves ``generate.vllm.gpu_memory_utilization`` of each card at start-up and refuses to
+start when less than that is free, so it never shares a process with a transformers backbone:
+every GPU stage runs in its own process (DVC commands, the Prefect flows' stage processes, the
+baselines' decoding timer), and `close` hands the engine's memory back before anything else loads.
+"""
 from __future__ import annotations
 
+import contextlib
+import logging
+
 from ..config import Config
-from ..llm.loading import model_source
+from ..llm.loading import model_source, release_memory
 from ..llm.presets import get_preset
 from ..pipeline.paths import models_dir
 from .base import Completion
+
+log = logging.getLogger(__name__)
+
+
+def max_model_len(cfg: Config) -> int:
+    """The context vLLM reserves KV cache for: ``generate.vllm.max_model_len``, else the prompt budget plus
+    the larger answer budget, rounded up to a multiple of 256."""
+    g = cfg.generate
+    if g.vllm.max_model_len:
+        return g.vllm.max_model_len
+    need = g.vllm.prompt_tokens + max(g.max_new_tokens, g.sample_max_new_tokens or 0)
+    return -(-need // 256) * 256
+
+
+def engine_kwargs(cfg: Config) -> dict:
+    """The keywords of ``vllm.LLM(...)`` for this config."""
+    v = cfg.generate.vllm
+    return {"model": model_source(get_preset(cfg.backbone.name), models_dir(cfg)), "dtype": cfg.backbone.dtype,
+            "seed": cfg.generate.seed, "max_model_len": max_model_len(cfg),
+            "tensor_parallel_size": v.tensor_parallel_size, "gpu_memory_utilization": v.gpu_memory_utilization,
+            "enforce_eager": v.enforce_eager}
 
 
 class VLLMGenerator:
@@ -18,15 +48,14 @@ class VLLMGenerator:
             raise RuntimeError("generate.backend=vllm needs the GPU extra: pip install 'spanuq[gpu]'") from e
         self._SamplingParams = SamplingParams
         self.cfg = cfg.generate
-        source = model_source(get_preset(cfg.backbone.name), models_dir(cfg))
-        self.llm = LLM(model=source, dtype=cfg.backbone.dtype, seed=cfg.generate.seed)
+        self.llm = LLM(**engine_kwargs(cfg))
 
     @staticmethod
     def _completion(o) -> Completion:
         return Completion(o.text.strip(), "length" if o.finish_reason == "length" else "stop")
 
     def greedy(self, prompts: list[str]) -> list[Completion]:
-        sp = self._SamplingParams(temperature=0.0, max_tokens=self.cfg.max_new_tokens, stop=self.cfg.stop or None)
+        sp = self._SamplingParams(n=1, temperature=0.0, max_tokens=self.cfg.max_new_tokens, stop=self.cfg.stop or None)
         return [self._completion(r.outputs[0]) for r in self.llm.generate(prompts, sp, use_tqdm=False)]
 
     def sample(self, prompts: list[str], n: int, seeds: list[int]) -> list[list[Completion]]:
@@ -40,4 +69,28 @@ class VLLMGenerator:
         return [[self._completion(o) for o in r.outputs] for r in res]
 
     def close(self) -> None:
-        pass
+        """Shut the engine down and hand its memory back (vLLM's documented way: drop the engine, tear down
+        its model-parallel groups and distributed environment where the version has them, collect, empty
+        the CUDA cache)."""
+        if getattr(self, "llm", None) is None:
+            return
+        del self.llm
+        self.llm = None
+        try:
+            from vllm import distributed
+        except ImportError:  # pragma: no cover - a vLLM without the module
+            distributed = None
+        cleanup = getattr(distributed, "cleanup_dist_env_and_memory", None)
+        if cleanup is not None:
+            cleanup()
+        else:
+            for name in ("destroy_model_parallel", "destroy_distributed_environment"):
+                fn = getattr(distributed, name, None)
+                if fn is not None:
+                    fn()
+        import torch
+
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            with contextlib.suppress(AssertionError, RuntimeError):
+                torch.distributed.destroy_process_group()
+        release_memory()

@@ -11,6 +11,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import weakref
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,6 +21,30 @@ from .presets import BackbonePreset, get_preset
 log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+# every backbone `load_backbone` loaded that is still referenced: a GPU stage must not start vLLM
+# (which reserves a share of each card) in a process that holds one (`live_backbones`)
+_LIVE: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def live_backbones() -> list:
+    """The backbones loaded by `load_backbone` in this process that are still alive."""
+    import gc
+
+    gc.collect()
+    return list(_LIVE)
+
+
+def release_memory() -> None:
+    """Collect what is no longer referenced and hand the CUDA cache back to the device, so the next
+    model (or another process) finds the memory free."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def resolve_device(device: str) -> str:
@@ -101,7 +126,8 @@ def load_tokenizer(cfg: Config):
 
 
 def load_backbone(cfg: Config):
-    """(model, tokenizer) for `cfg.backbone`, in eval mode on the configured device."""
+    """(model, tokenizer) for `cfg.backbone`, in eval mode on the configured device, or spread over the
+    machine's GPUs by accelerate when ``backbone.device_map`` is set."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -111,8 +137,12 @@ def load_backbone(cfg: Config):
     source = model_source(preset, models_dir(cfg))
     tok = _load_tokenizer(source)
     dtype = getattr(torch, _DTYPES[cfg.backbone.dtype])
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
-    model.to(resolve_device(cfg.backbone.device)).eval()
+    if cfg.backbone.device_map:
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, device_map=cfg.backbone.device_map)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(resolve_device(cfg.backbone.device))
+    model.eval()
+    _LIVE.add(model)
     return model, tok
 
 

@@ -35,6 +35,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..config import Config, load_config
+from ..pipeline.child import code_env
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
 from .data import (MANIFEST_ATTR, DataRefused, check_shareable, fetch_for_coordinator, final_status, human,
@@ -221,9 +222,7 @@ def run_one(sw: Sweep, parent_run_id: str | None, device: str, study=None) -> st
     for o in sw.overrides:
         cmd += ["-o", o]
     # the trial imports the code this process runs (the flow run's clone), not the environment's copy
-    code_root = str(Path(__file__).resolve().parents[2])
-    pythonpath = os.pathsep.join(p for p in (code_root, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": device, "PYTHONPATH": pythonpath}
+    env = code_env(CUDA_VISIBLE_DEVICES=device)
     with open(log_path, "ab") as logf:
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
         while True:  # heartbeat for as long as the child lives

@@ -45,11 +45,12 @@ def features_dir(cfg: Config) -> Path:
 
 
 def ensure_features(cfg: Config, progress: bool = False) -> Path:
-    """Extract the features of ``cfg``'s layers if no folder holds them yet (same extract stage)."""
+    """Extract the features of ``cfg``'s layers if no folder holds them yet (the extract stage, in a process of
+    its own: the coordinator keeps nothing on the GPU its trials train on)."""
     d = features_dir(cfg)
     if (d / "index.json").exists():
         return d
-    from ..features.stage import run_extract
+    from ..pipeline.child import run_in_child
 
     paths = StagePaths.from_config(cfg)
     sub = d.parent  # <root>/sweep-features/L../<backbone>
@@ -60,7 +61,7 @@ def ensure_features(cfg: Config, progress: bool = False) -> Path:
     if not link.exists():
         link.symlink_to(paths.generations.resolve())
     variant = cfg.model_copy(update={"paths": cfg.paths.model_copy(update={"data": str(sub.parent)})})
-    run_extract(variant, progress=progress)
+    run_in_child("spanuq.features.stage:run_extract", variant, {"progress": progress})
     return d
 
 

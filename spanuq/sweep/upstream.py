@@ -13,6 +13,10 @@ run, feature folders):
   flow's cached tasks): one command from nothing to a registered champion;
 * otherwise → `UpstreamMissing`, naming what is missing, why it cannot be made here, and
   the command that makes it; nothing is left behind.
+
+A sweep flow run starts in a fresh clone (prefect.yaml's pull steps); the upstream stages'
+per-item caches go to the machine's checkout (`machine_cache`), so a sweep killed during
+generation resumes there, in its next clone, where it stopped.
 """
 from __future__ import annotations
 
@@ -65,6 +69,17 @@ def backbone_unavailable(cfg: Config) -> str | None:
         if importlib.util.find_spec("vllm") is None:
             return "its generate.backend is vllm, which is not installed (pip install 'spanuq[gpu]')"
     return None
+
+
+def machine_cache(cfg: Config) -> list[str]:
+    """The override that keeps the per-item caches (``paths.cache``) in the machine's checkout
+    (``$SPANUQ_CHECKOUT``, the pipeline deployments' working directory), else in the user's cache folder,
+    never in the flow run's temporary clone; [] when ``paths.cache`` is already an absolute path."""
+    if Path(cfg.paths.cache).is_absolute():
+        return []
+    root = os.environ.get("SPANUQ_CHECKOUT")
+    where = Path(root).expanduser().resolve() / cfg.paths.cache if root else Path.home() / ".cache" / "spanuq" / "items"
+    return [f"paths.cache={where}"]
 
 
 def _hub_offline() -> bool:

@@ -13,6 +13,7 @@ only checks it.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from importlib import metadata
@@ -30,12 +31,32 @@ CODE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this module was 
 WORKER_EXTRAS = ("orchestration",)  # flows, the sweep, the study's PostgreSQL client
 
 
-def requirements(root: Path = CODE_ROOT, extras: tuple[str, ...] = WORKER_EXTRAS) -> list[str]:
-    """The checkout's dependencies (``pyproject.toml``) plus those of ``extras``."""
+def worker_extras() -> tuple[str, ...]:
+    """The extras a worker installs: ``$SPANUQ_WORKER_EXTRAS`` (comma-separated; ``gpu`` on a GPU machine:
+    vLLM and everything orchestration needs), else `WORKER_EXTRAS`."""
+    env = os.environ.get("SPANUQ_WORKER_EXTRAS", "")
+    return tuple(e.strip() for e in env.split(",") if e.strip()) or WORKER_EXTRAS
+
+
+def requirements(root: Path = CODE_ROOT, extras: tuple[str, ...] | None = None) -> list[str]:
+    """The checkout's dependencies (``pyproject.toml``) plus those of ``extras`` (default `worker_extras`),
+    an extra that names others (``spanuq[pipeline]``) expanded into theirs."""
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
-    reqs = list(project.get("dependencies", []))
-    for extra in extras:
-        reqs += project.get("optional-dependencies", {}).get(extra, [])
+    optional = project.get("optional-dependencies", {})
+    reqs, todo, seen = list(project.get("dependencies", [])), list(extras or worker_extras()), set()
+    while todo:
+        extra = todo.pop(0)
+        if extra in seen:
+            continue
+        seen.add(extra)
+        if extra not in optional:
+            raise ValueError(f"pyproject.toml has no extra {extra!r}; extras: {', '.join(optional)}")
+        for text in optional[extra]:
+            req = Requirement(text)
+            if req.name == project["name"]:
+                todo += sorted(req.extras)
+            else:
+                reqs.append(text)
     return list(dict.fromkeys(reqs))
 
 
