@@ -57,10 +57,15 @@ def time_spanuq(cfg: Config, backbone, tokenizer, probe, calibration: Calibratio
 
 def time_decoding(cfg: Config, infos: list[AnswerInfo]) -> dict:
     """Greedy and S-sample decoding time per answer with the configured generate backend, measured in a
-    process of its own (`spanuq.pipeline.child`): this stage holds the backbone, beside which vLLM does
-    not start, and a second transformers copy would double its memory."""
+    process of its own (`spanuq.pipeline.child`) that ends before the stage loads its backbone: vLLM reserves
+    its share of the card at start-up (and does not start beside a model), and its memory is the card's again
+    when the process exits."""
+    from ..llm.loading import live_backbones
     from ..pipeline.child import run_in_child
 
+    if live_backbones():
+        raise RuntimeError("decoding is timed before this process loads a backbone: the timer's vLLM starts on "
+                           "the same card and would find the backbone's memory taken")
     return run_in_child("spanuq.baselines.cost:decoding_times", cfg,
                         {"prompts": [[i.chat_prompt, i.prompt_id] for i in infos]})
 
