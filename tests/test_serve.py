@@ -222,5 +222,6 @@ def test_the_web_page_shows_the_spans_and_scores_of_the_json_api(service, tmp_pa
     for i, start, end, u in shown:
         s = api["spans"][i]
         assert (start, end) == (s["start"], s["end"]) and u == pytest.approx(s["u"], abs=1e-4)
-    assert all(t.startswith("u = ") for t in titles)  # hover shows the score
+    assert all(t.startswith("û = ") and ": chance the backbone would not say this again" in t
+               for t in titles)  # hover shows the score and what it is
     assert (out / "web.png").stat().st_size > 10_000

@@ -9,7 +9,7 @@ A completion is the standard ``chat.completion`` plus the object ``spanuq`` (`Sp
 also sent compact as the response header ``x-spanuq`` (what LangChain's ``ChatOpenAI(...,
 include_response_headers=True)`` exposes as ``response_metadata["headers"]``).  With ``stream: true``
 the ``chat.completion.chunk`` events carry the content as it is generated; a chunk that
-carries a span update has ``spanuq`` (``done`` false: the spans of the content streamed so far);
+carries a span update has ``spanuq`` (``done`` false: the spans of the scored prefix, ``content_chars``);
 the chunk with ``finish_reason`` has the final ``spanuq`` (``done`` true), equal to ``POST /score``
 on the same answer.  Errors are OpenAI's ``{"error": {...}}`` (mid-stream: an ``error`` event).
 
