@@ -42,6 +42,7 @@ from ..llm.chunked import extract_long
 from ..llm.loading import token_offsets
 from ..llm.states import FeatureItem, extract_batch, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
+from .answer_score import with_given_u_seq
 from .facts import show_facts
 from ..model.postprocess import Answer, Prediction
 from ..model.unknown import knowledge_entropy
@@ -408,7 +409,8 @@ class SpanUQ:
     def _probe(self, items: list[Pending]) -> tuple[list[tuple[Prediction | None, list]], float]:
         """Step 3: the probe over every answer (windows of a long one; a window whose states are not
         finite is left out, `predict_readable`), each answer's û mapped by the calibration of its source
-        (the backbone's own answer or a given one, `Calibration.for_source`); returns (prediction or
+        (the backbone's own answer or a given one, `Calibration.for_source`; a given answer's û_seq from its
+        spans, `spanuq.score.answer_score`); returns (prediction or
         None, the windows left out) per answer and each item's share of the time."""
         t0 = time.perf_counter()
         preds: list = [None] * len(items)
@@ -418,8 +420,11 @@ class SpanUQ:
             out = predict_readable(self.probe, [items[k].states for k in idx], cal,
                                    [self._answer(items[k]) for k in idx], window=self.window,
                                    batch_size=max(32, len(idx)), device=next(self.probe.parameters()).device)
+            given = source == "given" and self.calibration.given is not None
             for k, (p, failed) in zip(idx, out):
-                preds[k] = (self._facts(items[k], p, cal), failed)
+                p = self._facts(items[k], p, cal)
+                preds[k] = (with_given_u_seq(p) if given else p, failed)  # a given answer's score: its spans'
+
         return preds, (time.perf_counter() - t0) / len(items)
 
     def _facts(self, item: Pending, pred: Prediction | None, cal) -> Prediction | None:
