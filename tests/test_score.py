@@ -164,9 +164,9 @@ def test_a_given_answers_mapping_adds_each_spans_surprisal(probe_dir, tmp_path, 
     assert np.allclose(move_one, 2 * move_half, atol=1e-3) and np.ptp(move_one) > 0.1
 
 
-def test_a_given_answers_u_seq_is_its_most_doubtful_span_and_the_mlflow_model_agrees(scorer, tmp_path, make_cfg):
-    """A given answer's û_seq comes from its shown spans' calibrated û (`spanuq.score.answer_score`: the
-    most doubtful one), not the probe's answer-level output, which barely moves on answers the backbone
+def test_a_given_answers_u_seq_is_its_spans_mean_and_the_mlflow_model_agrees(scorer, tmp_path, make_cfg):
+    """A given answer's û_seq comes from its shown spans' calibrated û (`spanuq.score.answer_score`: their
+    mean), not the probe's answer-level output, which barely moves on answers the backbone
     did not write; the backbone's own answers keep the probe's; the MLflow model gives the same."""
     import mlflow
 
@@ -186,8 +186,8 @@ def test_a_given_answers_u_seq_is_its_most_doubtful_span_and_the_mlflow_model_ag
     prompt, answer = "Who was Marie Curie?", "Marie Curie won the Nobel Prize in Physics in 1938 and in Chemistry in 1911."
     pasted, own = uq.score(prompt, response=answer), uq.score(prompt, response=answer, answer_source="generated")
     assert len(pasted.spans) >= 2
-    assert pasted.u_seq == pytest.approx(max(s.u for s in pasted.spans), abs=1e-9)
-    assert own.u_seq != pytest.approx(max(s.u for s in own.spans), abs=1e-3)  # the probe's own û_seq
+    assert pasted.u_seq == pytest.approx(sum(s.u for s in pasted.spans) / len(pasted.spans), abs=1e-9)
+    assert own.u_seq != pytest.approx(sum(s.u for s in own.spans) / len(own.spans), abs=1e-3)  # the probe's own
 
     ids, offsets = token_offsets(scorer.tok, answer)
     item = extract_batch(scorer.model, scorer.tok, [uq._chat(prompt)[0]], [ids], scorer.layers, torch.float16)[0]

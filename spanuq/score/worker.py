@@ -12,9 +12,17 @@ lane are scored together, up to ``score.micro_batch`` at a time (`SpanUQ.score_m
 teacher-forced pass); a stream or a call (refine) runs by itself, in its turn.  A full lane is a
 503; nothing a job does can stop a lane: an unexpected failure answers that job (or batch) only.
 A stream's ``cancel`` event (set when its client leaves) stops its generation at the next token.
+
+Memory: each answer's pass allocates tensors of its own shape, from whichever thread runs it, and
+glibc keeps what is freed in per-thread arenas, so a long-running service's RSS creeps up with no
+object kept alive.  `ScoringWorker` caps glibc at two arenas (``mallopt(M_ARENA_MAX, 2)``, before its
+threads start) and hands freed memory back (``malloc_trim(0)``) whenever a lane runs dry;
+`benchmarks/bench_lanes.py` measures RSS over a long mixed soak.  Elsewhere (not glibc) both are no-ops.
 """ 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import queue
 import threading
@@ -39,6 +47,32 @@ def loop_emitter(loop, events, on_closed):
     return emit
 
 
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def _libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+    except OSError:
+        return None
+
+
+LIBC = _libc()
+
+
+def cap_arenas(n: int = 2) -> None:
+    """At most ``n`` glibc malloc arenas for this process (threads share them instead of each growing one)."""
+    if LIBC is not None:
+        LIBC.mallopt(M_ARENA_MAX, n)
+
+
+def release_memory() -> None:
+    """Hand the heap's freed pages back to the system (glibc ``malloc_trim``)."""
+    if LIBC is not None:
+        LIBC.malloc_trim(0)
+
+
 class QueueFull(Exception):
     """The queue holds ``max_queue`` jobs: retry later (the service answers 503)."""
 
@@ -52,6 +86,7 @@ class ScoringWorker:
         self.answers: queue.Queue = queue.Queue(maxsize=max_queue)  # the answer lane: given answers
         self.batches = 0
         self.streams = {"done": 0, "cancelled": 0, "failed": 0}  # how the streams ended
+        cap_arenas()  # before the lanes' threads allocate (module docstring)
         self._threads = [threading.Thread(target=self._run, args=(lane,), name=f"spanuq-{name}", daemon=True)
                          for name, lane in (("generate", self.q), ("answers", self.answers))]
         for t in self._threads:
@@ -101,6 +136,8 @@ class ScoringWorker:
 
     def _run(self, lane: queue.Queue) -> None:
         while True:
+            if lane.empty():
+                release_memory()  # the lane ran dry: give what its jobs freed back (module docstring)
             job = lane.get()
             if job is None:
                 return
