@@ -22,22 +22,16 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
-import sys
 import time
 
 import httpx
 import psutil
 
+from bench_serve import percentile, start_service  # benchmarks/bench_serve.py: the same service, started alike
 from table import report  # benchmarks/table.py: make bench's one table
 
 ANSWER = ("It was first described in the early nineteenth century by a French chemist, who named it after "
           "the Greek word for violet; it is used today in medicine and photography.")
-
-
-def percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
 
 
 def bodies(n: int) -> list[tuple[str, dict]]:
@@ -92,24 +86,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     args = ap.parse_args()
 
-    from spanuq.llm.llamacpp import free_port
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "spanuq.cli", "serve", "--model", args.model, "--port", str(port),
-                             "-o", f"score.max_new_tokens={args.max_new_tokens}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, url = start_service(args.model, args.max_new_tokens)
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the service did not start")
-            time.sleep(0.5)
         asyncio.run(run(url, bodies(4), 2))  # warm-up: the llama.cpp server starts on the first generation
         print(f"spanuq serve ({args.model}) on loopback, load average {os.getloadavg()[0]:.2f} at the start; "
               f"{args.requests} requests, half generations (≤ {args.max_new_tokens} tokens), half given answers, "
