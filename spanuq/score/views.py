@@ -215,15 +215,15 @@ def colour_bar(flag: float | None) -> str:
     """The colour scale of û as one HTML bar, 0 to 1: green to amber below the red line ``flag``, red at
     and above it, the line marked and labelled; grey (nothing judged) when ``flag`` is None."""
     if flag is None:
-        return ('<div class="uq-bar" style="position:relative;width:16em;height:0.9em;display:inline-block;'
-                f'vertical-align:middle;background:rgba({",".join(map(str, GREY))},0.6)"></div>')
+        return ('<span class="uq-bar" style="position:relative;width:16em;height:0.9em;display:inline-block;'
+                f'vertical-align:middle;background:rgba({",".join(map(str, GREY))},0.6)"></span>')
     pct = 100 * min(1.0, max(0.0, flag))
     g, a, r = (",".join(map(str, colour(x))) for x in (0.0, 0.5, 1.0))
-    return ('<span class="uq-scale" style="white-space:nowrap">0 <div class="uq-bar" style="position:relative;'
+    return ('<span class="uq-scale" style="white-space:nowrap">0 <span class="uq-bar" style="position:relative;'
             'width:16em;height:0.9em;display:inline-block;vertical-align:middle;'
             f'background:linear-gradient(to right,rgba({g},0.55) 0%,rgba({a},0.55) {pct:.1f}%,rgba({r},0.55) {pct:.1f}%,'
             f'rgba({r},0.55) 100%)"><span class="uq-line" data-flag="{flag:.4f}" style="position:absolute;'
-            f'left:{pct:.1f}%;top:-0.25em;bottom:-0.25em;border-left:2px solid #000"></span></div> 1 '
+            f'left:{pct:.1f}%;top:-0.25em;bottom:-0.25em;border-left:2px solid #000"></span></span> 1 '
             f'<small>red line û = {flag:.2f}: likely wrong at or above it</small></span>')
 
 
