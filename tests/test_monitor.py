@@ -46,7 +46,7 @@ def test_report_counts_every_row_and_groups_by_metadata(scorer, tmp_path):
     # the sample's own generations say who wrote them and are scored as the API scores the backbone's answers
     sources = [json.loads(x)["result"]["answer_source"] for x in lines]
     assert sources.count("generated") == 16 and sources.count("given") == n - 4 - 16
-    own = json.loads(src.read_text().splitlines()[0])
+    own = json.loads(src.read_bytes().splitlines()[0])
     assert own["answer_source"] == "generated"
     assert json.loads(lines[0])["result"]["u_seq"] == pytest.approx(
         scorer.score(own["prompt"], response=own["response"], answer_source="generated").u_seq, abs=1e-4)
