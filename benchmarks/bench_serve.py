@@ -23,6 +23,8 @@ from table import report  # benchmarks/table.py: make bench's one table
 
 
 def percentile(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
@@ -50,6 +52,28 @@ async def level(url: str, bodies: list[dict], concurrency: int, seconds: float) 
     return len(lat), time.perf_counter() - t0, lat, errors
 
 
+def start_service(model: str, max_new_tokens: int) -> tuple[subprocess.Popen, str]:
+    """`spanuq serve` in a subprocess on a free loopback port, once /health answers: (process, base URL)."""
+    from spanuq.llm.llamacpp import free_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, "-m", "spanuq.cli", "serve", "--model", model, "--port", str(port),
+                             "-o", f"score.max_new_tokens={max_new_tokens}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("the service did not start")
+        time.sleep(0.5)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)
@@ -61,7 +85,6 @@ def main() -> None:
 
     from spanuq.config import load_config
     from spanuq.data.prompts import load_bundled
-    from spanuq.llm.llamacpp import free_port
     from spanuq.model.checkpoint import save_checkpoint
     from spanuq.model.probe import SpanUQProbe
 
@@ -72,22 +95,8 @@ def main() -> None:
               "the Greek word for violet; it is used today in medicine and photography.")
     prompts = [p.text for p in load_bundled()[: args.requests]]
     bodies = [{"prompt": p} if args.generate else {"prompt": p, "response": answer} for p in prompts]
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "spanuq.cli", "serve", "--model", model, "--port", str(port),
-                             "-o", f"score.max_new_tokens={args.max_new_tokens}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, url = start_service(model, args.max_new_tokens)
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the service did not start")
-            time.sleep(0.5)
         asyncio.run(level(url, bodies[:2], 1, args.seconds))  # warm-up (and the llama.cpp server with --generate)
         mode = "generated answers" if args.generate else "given answers (~40 tokens)"
         print(f"spanuq serve on loopback, {mode}, up to {args.requests} requests / {args.seconds:.0f} s per level")

@@ -218,8 +218,8 @@ def test_cli_end_to_end_on_the_fixture(probe_dir, tmp_path, capsys, repo_root):
     bench = tmp_path / "data" / "smollm2-135m" / "bench"
     val = json.loads((bench / "mushroom-val.json").read_text())
     keys = [r["key"] for r in val["rows"]]
-    assert keys == ["spanuq", "spans_only", "u_seq", "token_entropy", "entities_numbers", "claim_units", "random",
-                    "mark_all"]
+    assert keys == ["product", "spanuq", "spans_only", "u_seq", "token_entropy", "entities_numbers", "claim_units",
+                    "random", "mark_all"]
     assert val["n_items"] == 4 and val["n_skipped"] == 0
     mark_all = next(r for r in val["rows"] if r["key"] == "mark_all")
     # mark all on the val fixture: IoU of each answer = labelled chars / all chars (1 answer has no label: 0)
@@ -239,6 +239,22 @@ def test_cli_end_to_end_on_the_fixture(probe_dir, tmp_path, capsys, repo_root):
     assert all(set(p) == {"id", "soft_labels", "hard_labels"} for p in pred)
     probe_row = test["rows"][0]
     assert set(probe_row) >= {"delta_vs_entities_numbers", "delta_vs_claim_units"}
+    # the headline row is what a user gets: SpanUQ.score's spans with the probe's own settings, hard at its red line
+    from spanuq import SpanUQ
+    from spanuq.config import load_config
+
+    cfg = load_config(repo_root / "params.yaml", [f"paths.data={tmp_path / 'data'}", f"paths.cache={tmp_path / 'cache'}"])
+    headline = [json.loads(x) for x in (bench / "mushroom-test-predictions" / "product.jsonl").read_text().splitlines()]
+    with SpanUQ.load(probe, cfg=cfg) as uq:
+        for x, p in zip(read_items(FIXTURE / "mushroom.en-tst.fixture.jsonl"), headline):
+            r = uq.score(x.model_input, response=x.model_output_text)
+            red = np.zeros(len(r.answer), dtype=bool)
+            for s in r.spans:
+                red[s.start:s.end] |= s.u >= r.flag_threshold
+            marked = np.zeros(len(r.answer), dtype=bool)
+            for a, b in p["hard_labels"]:
+                marked[a:b] = True
+            assert (marked == red).all(), x.id
     capsys.readouterr()
     assert main(["bench", "mushroom", "--split", "test", *common]) == 2  # a second read is refused
     assert "already read for this probe" in capsys.readouterr().err

@@ -16,7 +16,8 @@ BAD = [b'{"prompt": "Who?", "response": "caf\xe9"}\n',  # not UTF-8
        {"prompt": "Who wrote Dune?", "response": ""},  # an empty answer: unverified, not an error
        {"prompt": "Qui a écrit Dune ?", "response": "Dune a été écrit par Frank Herbert en 1965, un roman de "
                                                      "science-fiction.", "domain": "books"},
-       {"prompt": "x" * 20_000, "response": "Too long a prompt."}]  # fails the prompt limit: an error row
+       {"prompt": "x" * 20_000, "response": "Too long a prompt."},  # fails the prompt limit: an error row
+       {"prompt": "Who wrote Dune?", "response": "Frank Herbert.", "answer_source": "a friend"}]  # given or generated
 
 
 def test_report_counts_every_row_and_groups_by_metadata(scorer, tmp_path):
@@ -26,9 +27,9 @@ def test_report_counts_every_row_and_groups_by_metadata(scorer, tmp_path):
     n = write_answers(src, n_generated=16, n_templated=16, extra=BAD)
     report = run_monitor(scorer, src, tmp_path / "out", progress=False)
     m, o, st = report["meta"], report["overall"], report["status"]
-    assert m["rows"] == n and m["errors"] == 3  # not UTF-8, no response, the prompt limit
+    assert m["rows"] == n and m["errors"] == 4  # not UTF-8, no response, the prompt limit, who wrote it
     assert st["reasons"] == {"empty_answer": 1, "language": 1}
-    assert o["scored"] + o["unverified"] == n - 3 and o["unverified"] == 2
+    assert o["scored"] + o["unverified"] == n - 4 and o["unverified"] == 2
     assert o["uncertain"] + o["clean"] == o["scored"]
     assert sum(report["histograms"]["u_seq"]["counts"]) == o["scored"]
     assert {g["value"] for g in report["groups"]["source"]} == {"generated", "templated", "(missing)"}
@@ -41,10 +42,17 @@ def test_report_counts_every_row_and_groups_by_metadata(scorer, tmp_path):
     assert json.loads((tmp_path / "out" / "report.json").read_text())["meta"]["rows"] == n
     # failures are never cached: only results are, and a rerun scores nothing again but retries the failures
     lines = (tmp_path / "out" / "cache.jsonl").read_text().splitlines()
-    assert len(lines) == n - 3
+    assert len(lines) == n - 4
+    # the sample's own generations say who wrote them and are scored as the API scores the backbone's answers
+    sources = [json.loads(x)["result"]["answer_source"] for x in lines]
+    assert sources.count("generated") == 16 and sources.count("given") == n - 4 - 16
+    own = json.loads(src.read_bytes().splitlines()[0])
+    assert own["answer_source"] == "generated"
+    assert json.loads(lines[0])["result"]["u_seq"] == pytest.approx(
+        scorer.score(own["prompt"], response=own["response"], answer_source="generated").u_seq, abs=1e-4)
     again = run_monitor(scorer, src, tmp_path / "out", progress=False)
-    assert again["meta"]["cache_hits"] == n - 3 and again["meta"]["scored_now"] == 0
-    assert again["meta"]["errors"] == 3 and again["overall"] == o
+    assert again["meta"]["cache_hits"] == n - 4 and again["meta"]["scored_now"] == 0
+    assert again["meta"]["errors"] == 4 and again["overall"] == o
 
 
 def _monitor(src: Path, out: Path, probe_dir: Path, env: dict, batch: int) -> subprocess.Popen:

@@ -328,3 +328,15 @@ def test_spanuq_serve_upstream_command(llama_server, probe_dir, repo_root, tmp_p
             model="smollm2", messages=[{"role": "user", "content": PROMPT}], max_tokens=24, temperature=0)
         assert r.spanuq["status"] == "scored" and r.spanuq["answer_source"] == "given"
         check_spans(r.choices[0].message.content, r.spanuq)
+
+
+def test_content_chars_is_documented_as_the_scored_prefix(repo_root):
+    """A streamed update's `content_chars` is the prefix its spans cover, which may end before the content
+    streamed so far (a word still growing): the field's description and docs/openai.md say so alike."""
+    from spanuq.score.openai.records import SpanUQExtension
+
+    described = SpanUQExtension.model_fields["content_chars"].description
+    row = next(line for line in (repo_root / "docs" / "openai.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| `content_chars` |"))
+    for text in (described, row):
+        assert "scored prefix" in text and "content[:content_chars]" in text and "the content so far" not in text

@@ -1,5 +1,5 @@
 """Views of scored spans: terminal, HTML and the PNG layout."""
-from spanuq.score.views import colour, to_html, to_png, to_terminal, wrap
+from spanuq.score.views import colour, shade, to_html, to_png, to_terminal, wrap
 
 TEXT = "Canberra is the capital of Australia. It was founded in 1913."
 SPANS = [(0, 8, 0.05), (27, 36, 0.1), (56, 60, 0.9)]
@@ -15,7 +15,7 @@ def test_wrapping_breaks_at_spaces_and_keeps_every_character():
 def test_colours_run_from_green_to_red_and_views_carry_the_scores(tmp_path):
     assert colour(0.0)[1] > colour(0.0)[0] and colour(1.0)[0] > colour(1.0)[1]
     html = to_html(TEXT, SPANS, title="<answer>")
-    assert 'title="u = 0.90"' in html and "&lt;answer&gt;" in html and html.count('class="uq"') == 3
+    assert 'title="û = 0.90 (likely wrong: û ≥ 0.50)"' in html and "&lt;answer&gt;" in html and html.count('class="uq"') == 3
     term = to_terminal(TEXT, SPANS)
     assert term.count("\x1b[0m") == 3 and "1913" in term
     to_png([("an answer", TEXT, SPANS)], str(tmp_path / "a.png"))
@@ -25,7 +25,8 @@ def test_colours_run_from_green_to_red_and_views_carry_the_scores(tmp_path):
 def test_overlapping_spans_keep_their_own_indices_and_scores_in_the_html():
     html = to_html(TEXT, [(0, 20, 0.2), (9, 36, 0.8)])
     assert 'data-spans="0" data-u="0.2000"' in html and 'data-spans="1" data-u="0.8000"' in html
-    assert 'data-spans="0 1" data-u="0.2000 0.8000" title="u = 0.20; u = 0.80"' in html  # "is the" is in both
+    assert ('data-spans="0 1" data-u="0.2000 0.8000" title="û = 0.20; û = 0.80 (likely wrong: û ≥ 0.50)"'
+            in html)  # "is the" is in both
 
 
 # Overlapping and nested kept spans (the probe keeps both when their IoU is below the duplicate
@@ -54,9 +55,9 @@ def test_the_coloured_terminal_view_underlines_the_second_span_inside_its_own_br
 
     out = to_terminal(NOBEL, OVERLAP)
     assert ANSI.sub("", out) == "She won the Nobel {Prize in Chemistry} in 1911."
-    r, g, b = colour(0.8)
+    r, g, b = shade(0.8)
     assert f"\x1b[4m\x1b[58;2;{r};{g};{b}m" in out  # the second span: underlined in its own colour
-    r, g, b = colour(0.3)
+    r, g, b = shade(0.3)
     assert out.count(f"\x1b[48;2;{r};{g};{b}m") == 2  # the first: its background on 'Nobel ' and 'Prize'
 
 
@@ -66,7 +67,7 @@ def test_the_html_view_draws_the_first_span_as_a_highlight_and_the_second_as_an_
     html = to_html(NOBEL, OVERLAP)
     runs = re.findall(r'<span class="uq" style="([^"]*)" data-spans="([^"]*)"[^>]*>([^<]*)</span>', html)
     assert [(text, ks) for _, ks, text in runs] == [("Nobel ", "0"), ("Prize", "0 1"), (" in Chemistry", "1")]
-    first, second = (",".join(map(str, colour(u))) for _, _, u in OVERLAP)
+    first, second = (",".join(map(str, shade(u))) for _, _, u in OVERLAP)
     style = {text: s for s, _, text in runs}
     assert f"background:rgba({first}," in style["Nobel "] and "border-bottom" not in style["Nobel "]
     assert f"background:rgba({first}," in style["Prize"] and f"border-bottom:3px solid rgb({second})" in style["Prize"]
@@ -111,8 +112,9 @@ def test_the_view_ranks_spans_most_doubtful_first_and_reds_only_what_passes_the_
     assert listed == ["1911", "Chemistry", "Nobel Prize"]  # û 0.85, 0.60, 0.30
     assert "'1911'  chars 40-44  ν 5.0  likely wrong" in plain and "Chemistry'  chars 27-36  ν 5.0\n" in plain + "\n"
     assert "3 spans, 1 likely wrong" in plain
-    # the colour scale bends at the flag: 0.6 is below a flag of 0.7, so amber at most, never red
-    assert position(0.6, 0.7) < 0.5 <= position(0.7, 0.7) and shade(0.6, 0.7) == shade(0.6 / 0.7 * 0.5, 0.5)
+    # the colour scale bends at the flag: 0.6 is below a flag of 0.7, so amber at most; from 0.7 on, red
+    assert position(0.6, 0.7) < 0.5 and shade(0.6, 0.7) == shade(0.6 / 0.7 * 0.5, 0.5)
+    assert shade(0.7, 0.7) == shade(0.95, 0.7) == colour(1.0)
     html = fragment(_result())
     assert html.index("</b> 1911 <em>likely wrong</em>") < html.index("</b> Chemistry ") < html.index("</b> Nobel Prize ")
     assert html.count('data-likely-wrong="true"') == 1
@@ -140,3 +142,25 @@ def test_an_answer_spanuq_could_not_judge_is_grey_with_nothing_likely_wrong():
     coloured = terminal_view(r, colour_on=True)
     assert f"48;2;{';'.join(map(str, GREY))}m" in coloured
     assert 'data-likely-wrong="true"' not in fragment(r)
+
+
+def test_spans_over_the_red_line_are_red_and_the_page_says_what_each_number_is():
+    """The legend says red from the flag threshold on: every span at or above it is drawn in the bar's red
+    (not a pale orange just past amber), the bar marks the line, a tooltip says what û is for this answer's
+    source, and ν and validity are explained in one line each."""
+    import re
+
+    from spanuq.score.views import fragment
+
+    red = ",".join(map(str, colour(1.0)))
+    html = fragment(_result(flag=0.53))  # û 0.30, 0.85, 0.60 against a red line of 0.53
+    runs = dict((text, style) for style, text in
+                re.findall(r'<span class="uq" style="([^"]*)"[^>]*>([^<]*)</span>', html))
+    assert f"rgba({red},0.55)" in runs["1911"] and f"rgba({red},0.55)" in runs["Chemistry"]  # 0.85 and 0.60: red
+    assert red not in runs["Nobel Prize"]  # 0.30: below the line
+    assert 'class="uq-line" data-flag="0.5300"' in html and "left:53.0%" in html and "red line û = 0.53" in html
+    assert 'title="û = 0.85: chance this fact is wrong (likely wrong: û ≥ 0.53)"' in html
+    assert 'title="û = 0.30: chance this fact is wrong"' in html
+    own = fragment(_result("generated", flag=0.53))
+    assert 'title="û = 0.30: chance the backbone would not say this again"' in own
+    assert "ν: how sure the probe is of û itself" in html and "validity: how likely the probe&#x27;s query" in html

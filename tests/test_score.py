@@ -162,3 +162,40 @@ def test_a_given_answers_mapping_adds_each_spans_surprisal(probe_dir, tmp_path, 
     assert len(u[0.0]) >= 2 and all(len(v) == len(u[0.0]) for v in u.values())
     move_half, move_one = logit(u[0.25]) - logit(u[0.0]), logit(u[0.5]) - logit(u[0.0])
     assert np.allclose(move_one, 2 * move_half, atol=1e-3) and np.ptp(move_one) > 0.1
+
+
+def test_a_given_answers_u_seq_is_its_spans_mean_and_the_mlflow_model_agrees(scorer, tmp_path, make_cfg):
+    """A given answer's û_seq comes from its shown spans' calibrated û (`spanuq.score.answer_score`: their
+    mean), not the probe's answer-level output, which barely moves on answers the backbone
+    did not write; the backbone's own answers keep the probe's; the MLflow model gives the same."""
+    import mlflow
+
+    from spanuq import SpanUQ
+    from spanuq.llm.loading import token_offsets
+    from spanuq.llm.states import extract_batch
+    from spanuq.model.calibration import Calibration
+    from spanuq.model.checkpoint import load_checkpoint, save_checkpoint
+    from spanuq.pipeline import tracking
+    from spanuq.score.registry import log_probe
+
+    ckpt = load_checkpoint(scorer.checkpoint)
+    given = {"temperature": 1.0, "bias": 0.0, "flag": 0.5, "surprisal": 0.2, "context": 0.1}
+    probe = save_checkpoint(ckpt.probe, ckpt.probe.cfg, ckpt.d_model, tmp_path / "probe",
+                            Calibration(validity_threshold=0.2, given=given), extra=ckpt.extra)
+    uq = SpanUQ(load_checkpoint(probe), scorer.cfg, scorer.model, scorer.tok, probe)
+    prompt, answer = "Who was Marie Curie?", "Marie Curie won the Nobel Prize in Physics in 1938 and in Chemistry in 1911."
+    pasted, own = uq.score(prompt, response=answer), uq.score(prompt, response=answer, answer_source="generated")
+    assert len(pasted.spans) >= 2
+    assert pasted.u_seq == pytest.approx(sum(s.u for s in pasted.spans) / len(pasted.spans), abs=1e-9)
+    assert own.u_seq != pytest.approx(sum(s.u for s in own.spans) / len(own.spans), abs=1e-3)  # the probe's own
+
+    ids, offsets = token_offsets(scorer.tok, answer)
+    item = extract_batch(scorer.model, scorer.tok, [uq._chat(prompt)[0]], [ids], scorer.layers, torch.float16)[0]
+    cfg = make_cfg()
+    with tracking.start_run(cfg, "given-u-seq"):
+        log_probe(probe, cfg, dev_auroc=0.5)
+    pyfunc = mlflow.pyfunc.load_model("models:/spanuq-smollm2-135m@champion")
+    row = {"h": item.h.float().numpy(), "entropy": item.entropy.numpy(), "surprisal": item.surprisal.numpy(),
+           "text": answer, "offsets": offsets}
+    assert pyfunc.predict(row, params={"source": "given"})[0]["u_seq"] == pytest.approx(pasted.u_seq, abs=1e-4)
+    assert pyfunc.predict(row)[0]["u_seq"] == pytest.approx(own.u_seq, abs=1e-4)

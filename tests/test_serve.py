@@ -195,6 +195,30 @@ def test_fifty_concurrent_requests_are_all_answered(service):
     assert batches < 50  # queued requests were scored together
 
 
+def test_a_given_answer_is_scored_while_a_generation_waits_for_its_server(scorer):
+    """The generation lane is busy with a job that waits (as a generation waits on the llama.cpp server,
+    holding no model lock): a given answer's `/score` is answered meanwhile, from its own lane, and a
+    prompt alone waits its turn behind the generation."""
+    import threading
+
+    release = threading.Event()
+    with scoring_service(scorer) as (url, app):
+        busy = app.state.worker.call(lambda m: release.wait(120))  # a generation, waiting on its server
+        try:
+            t0 = time.perf_counter()
+            r = httpx.post(f"{url}/score", json={"prompt": "What is the capital of Australia?", "response": ANSWER},
+                           timeout=60)
+            assert r.status_code == 200 and r.json()["answer_source"] == "given"
+            assert time.perf_counter() - t0 < 30 and not busy.done()
+            health = httpx.get(f"{url}/health").json()
+            assert health["lanes"] == {"answers": 0, "generate": 0}
+            with pytest.raises(httpx.ReadTimeout):  # a prompt alone is a generation: it waits in that lane
+                httpx.post(f"{url}/score", json={"prompt": "What is the capital of Australia?"}, timeout=3)
+        finally:
+            release.set()
+        assert busy.result(timeout=30) is True
+
+
 @pytest.mark.browser
 def test_the_web_page_shows_the_spans_and_scores_of_the_json_api(service, tmp_path):
     from browser import chromium
@@ -222,5 +246,6 @@ def test_the_web_page_shows_the_spans_and_scores_of_the_json_api(service, tmp_pa
     for i, start, end, u in shown:
         s = api["spans"][i]
         assert (start, end) == (s["start"], s["end"]) and u == pytest.approx(s["u"], abs=1e-4)
-    assert all(t.startswith("u = ") for t in titles)  # hover shows the score
+    assert all(t.startswith("û = ") and ": chance the backbone would not say this again" in t
+               for t in titles)  # hover shows the score and what it is
     assert (out / "web.png").stat().st_size > 10_000

@@ -1,6 +1,14 @@
 """`spanuq bench mushroom`: a probe scored on the English Mu-SHROOM split through the public
 API, beside every control, with the task's IoU and Cor.
 
+The headline row is **the product's own output** (``product``): each answer scored as a user
+scores it, ``SpanUQ.score(question, response=answer)`` with the probe's own settings (its validity
+threshold, its given-answer calibration and fact spans), a character's soft score the largest û of
+the shown spans over it, its hard label û at or above the result's own red line
+(``flag_threshold``).  Nothing is chosen on validation for it.  The ``spanuq`` row below it reads
+the same probe with a character mapping, a validity cut and a threshold chosen on validation that
+the product does not apply: a labelled second row.
+
     run_mushroom(cfg, "val", probe="path/to/probe", data=["path/to/mu-shroom"])   # chooses settings
     run_mushroom(cfg, "test", probe="path/to/probe")                               # reads them; once per probe
 
@@ -30,7 +38,7 @@ from . import controls, ledger
 from .metrics import item_scores, mean_ci
 from .mushroom import MushroomItem, load_split
 from .mushroom_train import leave_out, questions_of
-from .probe_chars import probe_variants, u_seq_chars
+from .probe_chars import probe_chars, probe_variants, u_seq_chars
 from .select import Method, choose, predictions
 
 ANCHORS = Path(__file__).with_name("mushroom_anchors.yaml")
@@ -65,9 +73,24 @@ def score_items(uq, items: list[MushroomItem], progress: bool) -> tuple[list, li
     return [None if why is not None else r for r, why in zip(out, reasons)], skipped
 
 
+def product_method(shown: list, lens: list[int]) -> Method:
+    """The product's own output (module docstring): û of the spans `SpanUQ.score` returns, hard at its red
+    line; an answer it could not score (None) marks nothing."""
+    flags = {r.flag_threshold for r in shown if r is not None}
+    if len(flags) > 1:
+        raise ValueError(f"the answers were scored with {len(flags)} red lines; one source, one line expected")
+    flag = flags.pop() if flags else 0.5
+    chars = [probe_chars(r, n, "u", 0.0) for r, n in zip(shown, lens)]
+    return Method("product", "SpanUQ as a user gets it (headline)",
+                  f"SpanUQ.score's spans and û as returned (the probe's own settings), hard at its red line "
+                  f"û ≥ {flag:.2f}", {"as returned": chars}, thresholds=(float(np.nextafter(flag, 0.0)),),
+                  kind="probe")
+
+
 def build_methods(uq, items: list[MushroomItem], results: list, cfg: Config, seed: int,
-                  progress: bool) -> list[Method]:
-    """The probe and every control on the same answers."""
+                  progress: bool, shown: list | None = None) -> list[Method]:
+    """The product's output (``shown``: `SpanUQ.score`'s results with the probe's own settings), the probe
+    read with settings chosen on validation, and every control, on the same answers."""
     from ..label.units import load_spacy
     from ..llm.loading import chat_prompt
 
@@ -80,8 +103,10 @@ def build_methods(uq, items: list[MushroomItem], results: list, cfg: Config, see
         controls.token_entropy_chars(uq.model, uq.tok, chats, texts, progress=progress), lens)]
     nlp = load_spacy(cfg.label.spacy_model)
     fixed = (0.5,)
-    return [
-        Method("spanuq", "SpanUQ probe (ours)", "the probe's spans: û and validity, one teacher-forced pass",
+    product = [] if shown is None else [product_method(shown, lens)]
+    return product + [
+        Method("spanuq", "SpanUQ probe, settings chosen on val", "the probe's spans read with a character mapping, "
+               "validity cut and threshold chosen on validation (not what the product returns)",
                probe_variants(results, texts, stored), kind="probe"),
         Method("spans_only", "SpanUQ spans, û ignored", "the probe's spans marked 1 (validity cut chosen on val)",
                probe_variants(results, texts, stored, mappings=("const",)), thresholds=fixed, kind="ablation"),
@@ -130,7 +155,7 @@ def run_mushroom(cfg: Config, split: str, probe: str | None = None, data: list[s
     """Score the split, write the table; returns the JSON file.  ``exclude_questions``: a prompt
     file the probe trained on; answers to its questions are left out (and counted)."""
     from .. import SpanUQ
-    from ..model.checkpoint import calibration_sha256
+    from ..model.checkpoint import calibration_sha256, load_checkpoint
     from ..score.scorer import resolve_checkpoint
 
     if split not in ("val", "test"):
@@ -154,7 +179,10 @@ def run_mushroom(cfg: Config, split: str, probe: str | None = None, data: list[s
     with SpanUQ.load(ckpt, cfg=cfg, threshold=0.0) as uq:
         refs = [x.reference() for x in items]
         results, skipped = score_items(uq, items, progress)
-        methods = build_methods(uq, items, results, cfg, seed, progress)
+        # the product: the same backbone and probe with the probe's own settings (its validity threshold)
+        product = SpanUQ(load_checkpoint(ckpt), uq.cfg, uq.model, uq.tok, uq.checkpoint, None, uq.settings)
+        shown, _ = score_items(product, items, progress)
+        methods = build_methods(uq, items, results, cfg, seed, progress, shown)
         probe_info = {"path": str(uq.checkpoint), "source": uq.probe_source, "sha256": weights_sha,
                       "calibration_sha256": cal_sha,
                       "backbone": uq.backbone_name,

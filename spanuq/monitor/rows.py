@@ -4,7 +4,9 @@
      "domain": "books", "id": "q17", "metadata": {"model": "v2", "team": "search"}}
 
 ``prompt`` and ``response`` are required strings (an empty response is scored as an unverified
-empty answer); ``id`` is optional; ``domain`` and every key of ``metadata`` (and any other
+empty answer); ``id`` is optional; ``answer_source`` (optional) says who wrote the answer, as the
+API's field does: ``generated`` (the probe's backbone, e.g. through a server that serves it) or
+``given`` (anyone else: the default), and picks that calibration; ``domain`` and every key of ``metadata`` (and any other
 top-level scalar) are columns the report breaks rates down by.  A line that is not UTF-8, not
 JSON or without the required fields is that row's error: the other rows are read as they are.
 """
@@ -14,7 +16,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-RESERVED = ("prompt", "response", "id", "metadata")
+RESERVED = ("prompt", "response", "id", "metadata", "answer_source")
+SOURCES = ("given", "generated")
 
 
 @dataclass
@@ -23,6 +26,7 @@ class Row:
     prompt: str
     response: str
     id: str | None = None
+    answer_source: str = "given"  # who wrote the answer: the backbone ("generated") or anyone else
     columns: dict = field(default_factory=dict)  # domain, metadata keys, other scalars: str values
 
 
@@ -62,10 +66,14 @@ def read_rows(path: Path) -> list[Row | BadRow]:
             if missing:
                 out.append(BadRow(n, f"a row needs string {' and '.join(missing)}"))
                 continue
+            source = row.get("answer_source", "given")
+            if source not in SOURCES:
+                out.append(BadRow(n, f"answer_source is {source!r}: given or generated"))
+                continue
             cols = {k: v for k, v in row.items() if k not in RESERVED and _scalar(v)}
             meta = row.get("metadata")
             if isinstance(meta, dict):
                 cols.update({k: v for k, v in meta.items() if _scalar(v)})
             out.append(Row(n, row["prompt"], row["response"], None if row.get("id") is None else str(row["id"]),
-                           {k: "null" if v is None else str(v) for k, v in cols.items()}))
+                           source, {k: "null" if v is None else str(v) for k, v in cols.items()}))
     return out

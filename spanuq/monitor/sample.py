@@ -2,7 +2,8 @@
 
     python -m spanuq.monitor.sample answers.jsonl      # 526 rows: try `spanuq monitor answers.jsonl`
 
-* the shipped probe's labelled test answers (SmolLM2's own generations), ``source=generated``;
+* the shipped probe's labelled test answers (SmolLM2's own generations), ``source=generated``
+  and ``answer_source: generated`` (scored as the backbone's own answers, as the API would);
 * templated answers to the bundled prompts: the prompt's reference (``variant=reference``) or
   the reference of another prompt of the same domain (``variant=other reference``), ``source=templated``.
 
@@ -25,7 +26,7 @@ def generated_rows() -> list[dict]:
     for line in SPLIT.read_text(encoding="utf-8").splitlines():
         r = json.loads(line)
         out.append({"id": r["prompt_id"], "prompt": r["prompt"], "response": r["response"], "domain": r["domain"],
-                    "metadata": {"source": "generated"}})
+                    "answer_source": "generated", "metadata": {"source": "generated"}})
     return out
 
 

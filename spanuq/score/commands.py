@@ -4,7 +4,7 @@
     spanuq score "Who was Marie Curie?" --response @answer.txt --json
     spanuq score "…" --html page.html
     spanuq score "Who was Marie Curie?" --stream             # spans colour in while the backbone answers
-    spanuq score --file prompts.jsonl --out scored.jsonl   # rows {prompt, response?, id?}
+    spanuq score --file prompts.jsonl --out scored.jsonl   # rows {prompt, response?, answer_source?, id?}
     spanuq serve --port 8000                                # http://127.0.0.1:8000
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ def add_score_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream", action="store_true",
                    help="score while the backbone answers: the coloured answer is redrawn live on a terminal "
                         "(one plain line per update when piped; --json: one StreamUpdate per line)")
-    p.add_argument("--file", default=None, help="JSONL with rows {prompt, response?, id?}")
+    p.add_argument("--file", default=None, help="JSONL with rows {prompt, response?, answer_source?, id?}")
     p.add_argument("--out", default=None, help="with --file: output JSONL (default: <file>.scored.jsonl)")
     add_model_args(p)
 
@@ -193,6 +193,8 @@ def _rows(path: Path):
                     raise ValueError("a row needs a string `prompt`")
                 if row.get("response") is not None and not isinstance(row["response"], str):
                     raise ValueError("`response` must be a string")
+                if row.get("answer_source") not in (None, "given", "generated"):
+                    raise ValueError(f"`answer_source` is {row['answer_source']!r}: given or generated")
                 yield n, row, None
             except (ValueError, json.JSONDecodeError) as e:
                 yield n, None, f"{type(e).__name__ if isinstance(e, json.JSONDecodeError) else 'invalid row'}: {e}"
@@ -212,7 +214,8 @@ def _score_file(args, cfg) -> int:
         for s in range(0, len(rows), bs):
             chunk = rows[s: s + bs]
             good = [(n, r) for n, r, err in chunk if r is not None]
-            results = uq.score_many([{"prompt": r["prompt"], "response": r.get("response")} for _, r in good],
+            results = uq.score_many([{"prompt": r["prompt"], "response": r.get("response"),
+                                      "answer_source": r.get("answer_source")} for _, r in good],
                                     progress=False, return_errors=True)
             by_line = {n: res for (n, _), res in zip(good, results)}
             for n, r, err in chunk:

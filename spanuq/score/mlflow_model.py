@@ -21,7 +21,8 @@ An answer longer than the probe was trained on (``window_tokens``: the model con
 dev; a negative value, the default, keeps it); ``params={"calibrated": False}`` returns raw û instead of the dev-calibrated score;
 ``params={"source": "given"}`` scores answers the backbone did not write with their own calibration
 (`Calibration.for_source`; default ``generated``), with each name, date and number a span of its own
-when that calibration says so and ``text``, ``offsets`` and ``surprisal`` are given (`spanuq.score.facts`).
+when that calibration says so and ``text``, ``offsets`` and ``surprisal`` are given (`spanuq.score.facts`),
+and û_seq from the shown spans (`spanuq.score.answer_score`), as `SpanUQ.score` gives them.
 
 Output: a list with one dict per response:
   ``{"id": ..., "spans": [{"start", "end", "u", "u_raw", "p", "nu"}, ...], "u_seq": float}``,
@@ -120,8 +121,9 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
         params = params or {}
         threshold = float(params["threshold"]) if params.get("threshold") is not None else None
         calibration = self.ckpt.calibration.with_threshold(None if threshold is not None and threshold < 0 else threshold)
-        calibration = calibration.for_source(str(params.get("source") or "generated"))
-        if not bool(params.get("calibrated", True)):
+        source, calibrated = str(params.get("source") or "generated"), bool(params.get("calibrated", True))
+        calibration = calibration.for_source(source)
+        if not calibrated:
             calibration = calibration.raw()
         rows = _rows(model_input)
         d = self.ckpt.d_model
@@ -159,6 +161,10 @@ class SpanUQPyfunc(mlflow.pyfunc.PythonModel):
 
         preds = [show_facts(p, a, s, st.entropy.numpy(), calibration, LabelConfig().spacy_model)
                  for p, a, s, st in zip(preds, answers, surs, states)]  # given answers: facts on their own
+        if source == "given" and self.ckpt.calibration.given is not None and calibrated:
+            from spanuq.score.answer_score import with_given_u_seq
+
+            preds = [with_given_u_seq(p) for p in preds]  # a given answer's û_seq from its spans, as `SpanUQ.score`
         out: list[dict] = []
         for r, p in zip(rows, preds):
             spans = []

@@ -73,11 +73,11 @@ def _signature():
     ]))
 
 
-def _input_example(d_model: int):
-    """One answer of two tokens: its T×d states, their entropies and surprisals (mlflow_model.py has the contract)."""
-    import pandas as pd
-
-    return pd.DataFrame([{"h": [[0.0] * d_model, [0.0] * d_model], "entropy": [0.0, 0.0], "surprisal": [0.0, 0.0]}])
+def _input_example(d_model: int) -> dict:
+    """One answer of two tokens: its T×d states, their entropies and surprisals (mlflow_model.py has the
+    contract), as the dict form `predict` takes: MLflow stores it as JSON; a DataFrame example makes
+    MLflow compare its columns with a range, which pandas deprecates (Pandas4Warning)."""
+    return {"h": [[0.0] * d_model, [0.0] * d_model], "entropy": [0.0, 0.0], "surprisal": [0.0, 0.0]}
 
 
 def log_probe(probe_dir: str | Path, cfg: Config, dev_auroc: float | None) -> dict[str, Any]:

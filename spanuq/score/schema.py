@@ -79,7 +79,8 @@ class ScoreResult(_Strict):
     windows: int = Field(default=1, ge=0, description="probe windows the answer was read in: 1 up to the probe's "
                                                       "trained length, more for longer answers (docs/score.md); "
                                                       "0 when there was nothing to read")
-    u_seq: float | None = Field(ge=0, le=1, description="û_seq, the answer-level score; null when no û could be "
+    u_seq: float | None = Field(ge=0, le=1, description="û_seq, the answer-level score (a given answer's: the mean û "
+                                                          "of its shown spans, 0 without one); null when no û could be "
                                                           "computed (status unverified: an empty answer, no readable "
                                                           "states)")
     validity_threshold: float

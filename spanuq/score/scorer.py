@@ -27,7 +27,9 @@ offsets of the original string.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -40,6 +42,7 @@ from ..llm.chunked import extract_long
 from ..llm.loading import token_offsets
 from ..llm.states import FeatureItem, extract_batch, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
+from .answer_score import with_given_u_seq
 from .facts import show_facts
 from ..model.postprocess import Answer, Prediction
 from ..model.unknown import knowledge_entropy
@@ -80,7 +83,9 @@ class Pending:
 
 
 class SpanUQ:
-    """One probe + its frozen backbone.  Not thread-safe: the service queues requests onto one."""
+    """One probe + its frozen backbone.  Threads may share one: the backbone, the tokenizer and the probe are
+    used under ``lock`` (held for model work only, never while the llama.cpp server generates), so the
+    service's lanes (`spanuq.score.worker`) score given answers while another lane waits on a generation."""
 
     def __init__(self, ckpt: Checkpoint, cfg: Config, backbone, tokenizer, checkpoint: Path,
                  threshold: float | None = None, settings: ScoringSettings | None = None):
@@ -114,6 +119,12 @@ class SpanUQ:
             self.guarantee = store.load(checkpoint, s.conformal_guarantee, s.conformal_alpha, s.conformal_delta)
         self._server = None
         self._client = None
+        self.lock = threading.RLock()  # the backbone, tokenizer and probe: one thread at a time
+
+    def model_lock(self):
+        """The lock generation holds: transformers' decoding runs the backbone here; llama.cpp's runs in its
+        own process (nothing held while it answers)."""
+        return self.lock if self._resolve_generator() == "hf" else nullcontext()
 
     # ---------------------------------------------------------------- loading
     @classmethod
@@ -259,7 +270,8 @@ class SpanUQ:
                 side = self.tok.padding_side
                 gen = HFGenerator(self.cfg.model_copy(update={"generate": g}), self.model, self.tok)
             try:
-                out = gen.sample(texts, n, seeds)
+                with self.model_lock():
+                    out = gen.sample(texts, n, seeds)
             finally:
                 gen.close()
                 if self.generator == "hf":
@@ -321,12 +333,13 @@ class SpanUQ:
                 results[i] = e
                 bar.update(1)
         ready = [i for i, r in enumerate(results) if r is None]
-        self._read_states([pending[i] for i in ready if pending[i].states is None])  # 2. teacher-forced passes
-        if ready:  # 3. the probe
-            preds, probe_s = self._probe([pending[i] for i in ready])
-            for i, (pred, failed) in zip(ready, preds):
-                results[i] = self._result(pending[i], pred, failed, probe_s)
-                bar.update(1)
+        with self.lock:
+            self._read_states([pending[i] for i in ready if pending[i].states is None])  # 2. teacher-forced passes
+            if ready:  # 3. the probe
+                preds, probe_s = self._probe([pending[i] for i in ready])
+                for i, (pred, failed) in zip(ready, preds):
+                    results[i] = self._result(pending[i], pred, failed, probe_s)
+                    bar.update(1)
         bar.close()
         if not return_errors:
             for r in results:
@@ -340,10 +353,11 @@ class SpanUQ:
         item.t_start = time.perf_counter()
         r = item.request
         self.check(r.prompt, r.response)
-        if item.chat_given is not None:
-            item.chat, item.n_prompt = item.chat_given, len(self.tok(item.chat_given, add_special_tokens=False)["input_ids"])
-        else:
-            item.chat, item.n_prompt = self._chat(r.prompt)
+        with self.lock:
+            if item.chat_given is not None:
+                item.chat, item.n_prompt = item.chat_given, len(self.tok(item.chat_given, add_special_tokens=False)["input_ids"])
+            else:
+                item.chat, item.n_prompt = self._chat(r.prompt)
         if r.response is None:
             self._generate(item)
         else:
@@ -352,7 +366,8 @@ class SpanUQ:
             item.source = r.answer_source or "given"
         if not item.answer.strip():
             return  # nothing to tokenise or read: the result says the answer is empty
-        item.ids, item.offsets = token_offsets(self.tok, item.answer)
+        with self.lock:
+            item.ids, item.offsets = token_offsets(self.tok, item.answer)
         if captured is not None and captured.token_ids.tolist() == item.ids:
             item.states = captured
 
@@ -363,8 +378,9 @@ class SpanUQ:
         generator = self._resolve_generator()
         t0 = time.perf_counter()
         if generator == "hf":
-            g = generate_with_states(self.model, self.tok, item.chat, self.layers, budget, self.out_dtype,
-                                     stop=self.cfg.generate.stop)
+            with self.lock:
+                g = generate_with_states(self.model, self.tok, item.chat, self.layers, budget, self.out_dtype,
+                                         stop=self.cfg.generate.stop)
             item.answer, item.truncated, item.states = g.text, g.truncated, g.item
         else:
             item.answer, item.truncated = self._generate_llamacpp(item.chat)
@@ -393,7 +409,8 @@ class SpanUQ:
     def _probe(self, items: list[Pending]) -> tuple[list[tuple[Prediction | None, list]], float]:
         """Step 3: the probe over every answer (windows of a long one; a window whose states are not
         finite is left out, `predict_readable`), each answer's û mapped by the calibration of its source
-        (the backbone's own answer or a given one, `Calibration.for_source`); returns (prediction or
+        (the backbone's own answer or a given one, `Calibration.for_source`; a given answer's û_seq from its
+        spans, `spanuq.score.answer_score`); returns (prediction or
         None, the windows left out) per answer and each item's share of the time."""
         t0 = time.perf_counter()
         preds: list = [None] * len(items)
@@ -403,8 +420,11 @@ class SpanUQ:
             out = predict_readable(self.probe, [items[k].states for k in idx], cal,
                                    [self._answer(items[k]) for k in idx], window=self.window,
                                    batch_size=max(32, len(idx)), device=next(self.probe.parameters()).device)
+            given = source == "given" and self.calibration.given is not None
             for k, (p, failed) in zip(idx, out):
-                preds[k] = (self._facts(items[k], p, cal), failed)
+                p = self._facts(items[k], p, cal)
+                preds[k] = (with_given_u_seq(p) if given else p, failed)  # a given answer's score: its spans'
+
         return preds, (time.perf_counter() - t0) / len(items)
 
     def _facts(self, item: Pending, pred: Prediction | None, cal) -> Prediction | None:

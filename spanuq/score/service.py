@@ -9,13 +9,15 @@
                                                                   (spanuq.score.openai, docs/openai.md)
     GET  /health, GET / (the web page), GET /docs (OpenAPI)
 
-One model instance: every request goes into the bounded queue of one worker thread
-(`spanuq.score.worker`), which scores waiting requests together.  Bodies are read and parsed
+One model instance, two lanes (`spanuq.score.worker`): given answers go to the answer lane,
+everything that generates (a prompt alone, streams, ``/v1``, ``/refine``) to the generation lane;
+each lane's thread scores its waiting requests together, and the model is locked for model work
+only, so a given answer does not wait behind a generation.  Bodies are read and parsed
 here, so a body too large (413), not UTF-8 or not JSON (400), of the wrong shape or past a
 limit (422 / 413), or one that does not arrive within ``score.body_timeout_s`` (408) gets a
 clear error and never reaches the model; a full queue answers 503.  Nothing a client
 sends can stop the worker: an unexpected failure answers 500 for that batch only.
-A stream is one job of that worker (`SpanUQ.score_stream`, spanuq/score/stream.py); when
+A stream is one job of the generation lane (`SpanUQ.score_stream`, spanuq/score/stream.py); when
 its client disconnects, the job's cancel event is set and the generation stops at the next
 token, so a dead client never holds the worker.
 """
@@ -260,7 +262,8 @@ def _info_routes(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreCon
         return {"status": "ok", "backbone": uq.backbone_name, "probe": uq.probe_source, "checkpoint": str(uq.checkpoint),
                 "choose_probe": HOW_TO_CHOOSE, "probe_note": uq.probe_note,
                 "settings": uq.settings.describe() if uq.settings else None,
-                "generator": uq.generator, "queued": worker.q.qsize(), "batches": worker.batches,
+                "generator": uq.generator, "queued": sum(worker.queued().values()), "lanes": worker.queued(),
+                "batches": worker.batches,
                 "streams": worker.streams, "validity_threshold": uq.threshold,
                 "openai": {"base_url": "/v1", "answers": f"upstream {upstream.url}" if upstream else "the backbone"},
                 "conformal": uq.guarantee.statement() if uq.guarantee else None, "limits": {

@@ -12,6 +12,10 @@ there is no second pass over the whole answer:
   held back: the next text may merge into it; if re-tokenising ever changes earlier tokens,
   the cache is cropped back to the first change).
 
+The backbone is used under ``uq.lock`` (`SpanUQ`): while transformers decodes a token and while
+new tokens are read, never while a server generates, so another lane of the service can score
+given answers between them.
+
 Every ``every`` tokens and at each clause end (a token ending in ``. , ; : ! ?`` or a line
 break) the answer so far is scored through `SpanUQ.score_many` with the captured states: the
 same checks, post-processing and record as `score`.  A partial answer is scored on its
@@ -24,6 +28,7 @@ generated ones, only the tokens from the first difference on are read again.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from typing import Iterator
 
 from ..llm.capture import StateCapture
@@ -143,8 +148,10 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
             cap = StateCapture(uq.model, uq.tok(chat, add_special_tokens=False)["input_ids"], uq.layers, uq.out_dtype)
         return cap
 
+    decoding = uq.lock if gen == "hf" else nullcontext()  # transformers decodes on the backbone itself
     if gen == "hf":
-        capture()  # hf decodes on the capture itself
+        with uq.lock:
+            capture()  # hf decodes on the capture itself
     if text is not None:
         source = text(cap)
     else:
@@ -160,27 +167,35 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
                             tokens_per_s=round(n_gen / max(now - t0, 1e-9), 2), result=result)
 
     try:
-        for text, finish in source:
+        while True:
+            with decoding:
+                try:
+                    text, finish = next(source)
+                except StopIteration:
+                    break
             if cancel is not None and cancel.is_set():
                 return
             answer = cut_at_stop(text, stop)[0].strip()
-            if gen == "hf":
-                n_gen = len(cap.ids)
-            else:  # the server's tokens so far, as `score` tokenises the answer
-                ids = token_offsets(uq.tok, answer)[0]
-                n_gen = len(ids)
+            with uq.lock:
+                if gen == "hf":
+                    n_gen = len(cap.ids)
+                else:  # the server's tokens so far, as `score` tokenises the answer
+                    ids = token_offsets(uq.tok, answer)[0]
+                    n_gen = len(ids)
             if finish:
                 break
             due = n_gen - scored_n >= every or (at_clauses and n_gen > scored_n and text.endswith(CLAUSE_END))
             if not due:
                 continue
             t1 = time.perf_counter()
-            if gen != "hf":
-                capture().sync(ids[:-1])  # the new tokens in one pass; the last one may still grow into a longer one
-            prefix, n = _scorable(uq, cap, answer)
-            if n:
+            with uq.lock:
+                if gen != "hf":
+                    capture().sync(ids[:-1])  # the new tokens in one pass; the last one may still grow into a longer one
+                prefix, n = _scorable(uq, cap, answer)
+                result = _score(uq, prompt, prefix, cap, n, gen, chat, answer_source) if n else None
+            if result is not None:
                 scored_n = n_gen
-                yield update(_score(uq, prompt, prefix, cap, n, gen, chat, answer_source), False, t1)
+                yield update(result, False, t1)
     finally:
         source.close()
     gen_s = time.perf_counter() - t0
@@ -192,13 +207,14 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
             generate_s=round(gen_s, 4), backbone_s=0.0, probe_s=0.0, total_s=round(time.perf_counter() - t0, 4))})
         yield update(result, True, t1)
         return
-    ids, _ = token_offsets(uq.tok, answer)
-    read_s = capture().seconds
-    cap.sync(ids)  # only tokens that differ from those read are read again (usually none, or the held-back last)
-    # the backbone's time beyond generation: the server path's whole capture, the hf path's re-read tokens
-    backbone_s = cap.seconds if gen == "llamacpp" else cap.seconds - read_s
-    n_gen = max(n_gen, len(cap.ids))
-    result = _score(uq, prompt, answer, cap, len(ids), gen, chat, answer_source)
+    with uq.lock:
+        ids, _ = token_offsets(uq.tok, answer)
+        read_s = capture().seconds
+        cap.sync(ids)  # only tokens that differ from those read are read again (usually none, or the held-back last)
+        # the backbone's time beyond generation: the server path's whole capture, the hf path's re-read tokens
+        backbone_s = cap.seconds if gen == "llamacpp" else cap.seconds - read_s
+        n_gen = max(n_gen, len(cap.ids))
+        result = _score(uq, prompt, answer, cap, len(ids), gen, chat, answer_source)
     result = result.model_copy(update={
         "truncated": finish == "length",
         "timings": Timings(generate_s=round(gen_s, 4), backbone_s=round(backbone_s, 4), probe_s=result.timings.probe_s,

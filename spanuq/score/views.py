@@ -74,17 +74,18 @@ def colour(u: float) -> tuple[int, int, int]:
 
 
 def position(u: float, flag: float = 0.5) -> float:
-    """Where û sits on the colour scale when amber marks ``flag``: [0, flag) → [0, 0.5), [flag, 1] → [0.5, 1]."""
+    """Where û sits on the colour scale when ``flag`` is the red line: [0, flag) → green to amber
+    ([0, 0.5)), [flag, 1] → red (1): every span the legend calls likely wrong is drawn red."""
     u, flag = min(1.0, max(0.0, u)), min(0.999, max(0.001, flag))
-    return 0.5 * u / flag if u < flag else 0.5 + 0.5 * (u - flag) / (1.0 - flag)
+    return 0.5 * u / flag if u < flag else 1.0
 
 
 GREY = (200, 200, 200)  # spans of an answer SpanUQ could not judge (unverified): no colour claims anything
 
 
 def shade(u: float, flag: float | None = 0.5) -> tuple[int, int, int]:
-    """The colour of û on a scale whose amber is the flag threshold (red: likely wrong); grey when
-    ``flag`` is None (an unverified answer)."""
+    """The colour of û: green to amber below the flag threshold, red at or above it (likely wrong); grey
+    when ``flag`` is None (an unverified answer)."""
     return GREY if flag is None else colour(position(u, flag))
 
 
@@ -143,11 +144,18 @@ def to_terminal(text: str, spans: Sequence[Span], colour_on: bool = True, flag: 
     return "".join(out)
 
 
-def to_html(text: str, spans: Sequence[Span], title: str | None = None, flag: float | None = 0.5) -> str:
-    """An HTML fragment; hover a span for its score.  Each highlighted run carries ``data-spans``
-    (the indices of the spans covering it) and ``data-u`` (their scores); a track-0 span is its
-    background, a later-track span a 3px underline in its colour (``border-bottom``, then ``border-top``);
-    colours have amber at ``flag`` (`shade`)."""
+def tip(u: float, meaning: str | None, flag: float | None) -> str:
+    """A span's tooltip: its û and what that number is (``meaning``, per answer source: `TIP`)."""
+    line = f"û = {u:.2f}" + (f": {meaning}" if meaning else "")
+    return line + (f" (likely wrong: û ≥ {flag:.2f})" if likely_wrong(u, flag) else "")
+
+
+def to_html(text: str, spans: Sequence[Span], title: str | None = None, flag: float | None = 0.5,
+            meaning: str | None = None) -> str:
+    """An HTML fragment; hover a span for its score and what it means (``meaning``, `tip`).  Each
+    highlighted run carries ``data-spans`` (the indices of the spans covering it) and ``data-u``
+    (their scores); a track-0 span is its background, a later-track span a 3px underline in its
+    colour (``border-bottom``, then ``border-top``); red from ``flag`` on (`shade`)."""
     spans = list(spans)
     track = tracks(spans)
     parts = []
@@ -165,9 +173,9 @@ def to_html(text: str, spans: Sequence[Span], title: str | None = None, flag: fl
                 side = "bottom" if track[k] == 1 else "top"
                 style.append(f"border-{side}:3px solid rgb({r},{g},{bl})")
         us = " ".join(f"{spans[k][2]:.4f}" for k in ks)
-        tip = "; ".join(f"u = {spans[k][2]:.2f}" for k in ks)
+        tips = html.escape("; ".join(tip(spans[k][2], meaning, flag) for k in ks))
         parts.append(f'<span class="uq" style="{";".join(style)}" data-spans="{" ".join(map(str, ks))}" '
-                     f'data-u="{us}" title="{tip}">{chunk}</span>')
+                     f'data-u="{us}" title="{tips}">{chunk}</span>')
     head = f"<h3>{html.escape(title)}</h3>" if title else ""
     return (f'<div class="spanuq" style="font-family:sans-serif;line-height:1.9;max-width:46em;white-space:pre-wrap">'
             f'{head}<p>{"".join(parts)}</p></div>')
@@ -181,6 +189,13 @@ MEANING = {  # what û means, per answer source, in one line
 }
 UNCALIBRATED_GIVEN = ("û = chance the backbone would not say this again, read as if it had written this answer "
                       "(this probe has no calibration for answers it did not write: high û is common, rank, do not read)")
+TIP = {  # what a span's û is, in the few words of its tooltip, per answer source
+    "generated": "chance the backbone would not say this again",
+    "given": "chance this fact is wrong",
+}
+TIP_UNCALIBRATED = "read as if the backbone had written this answer (rank, do not read)"
+NU_LINE = "ν: how sure the probe is of û itself (the precision of its Beta; higher = û is firmer)"
+VALIDITY_LINE = "validity: how likely the probe's query found a real claim here (spans below the probe's cut are not shown)"
 HOW_TO_CHOOSE = "choose with --model shipped | DIR | models:/spanuq-<backbone>@champion"
 
 
@@ -194,6 +209,31 @@ def legend(result) -> str:
         return f"{meaning}; grey: SpanUQ could not judge this answer (why: below), so no span is marked likely wrong"
     return (f"{meaning}; red = likely wrong, from û ≥ {result.flag_threshold:.2f} "
             "(chosen on held-out answers so that most red spans are wrong)")
+
+
+def colour_bar(flag: float | None) -> str:
+    """The colour scale of û as one HTML bar, 0 to 1: green to amber below the red line ``flag``, red at
+    and above it, the line marked and labelled; grey (nothing judged) when ``flag`` is None."""
+    if flag is None:
+        return ('<span class="uq-bar" style="position:relative;width:16em;height:0.9em;display:inline-block;'
+                f'vertical-align:middle;background:rgba({",".join(map(str, GREY))},0.6)"></span>')
+    pct = 100 * min(1.0, max(0.0, flag))
+    g, a, r = (",".join(map(str, colour(x))) for x in (0.0, 0.5, 1.0))
+    return ('<span class="uq-scale" style="white-space:nowrap">0 <span class="uq-bar" style="position:relative;'
+            'width:16em;height:0.9em;display:inline-block;vertical-align:middle;'
+            f'background:linear-gradient(to right,rgba({g},0.55) 0%,rgba({a},0.55) {pct:.1f}%,rgba({r},0.55) {pct:.1f}%,'
+            f'rgba({r},0.55) 100%)"><span class="uq-line" data-flag="{flag:.4f}" style="position:absolute;'
+            f'left:{pct:.1f}%;top:-0.25em;bottom:-0.25em;border-left:2px solid #000"></span></span> 1 '
+            f'<small>red line û = {flag:.2f}: likely wrong at or above it</small></span>')
+
+
+def tip_meaning(result) -> str | None:
+    """What a span's û means for this result's answer source, in a tooltip's words; None when unverified."""
+    if result.status != "scored":
+        return None
+    if result.answer_source == "given" and getattr(result, "calibration_source", "given") == "generated":
+        return TIP_UNCALIBRATED
+    return TIP.get(result.answer_source)
 
 
 def result_spans(result) -> list[Span]:
@@ -327,8 +367,10 @@ def fragment(result) -> str:
     if result.conformal:
         warnings += f'<p class="meta uq-conformal">{html.escape(conformal_line(result.conformal))}</p>'
     probe = f'<p class="meta uq-probe">{html.escape(probe_line(result.probe))}</p>' if result.probe else ""
-    key = f'<p class="meta uq-legend">{html.escape(legend(result))}</p>'
-    return (f'<section class="spanuq-result">{warnings}{to_html(result.answer, result_spans(result), flag=flag)}'
+    key = (f'<p class="meta uq-key">{colour_bar(flag)}</p><p class="meta uq-legend">{html.escape(legend(result))}</p>'
+           f'<p class="meta uq-terms">{html.escape(NU_LINE)}<br>{html.escape(VALIDITY_LINE)}</p>')
+    body = to_html(result.answer, result_spans(result), flag=flag, meaning=tip_meaning(result))
+    return (f'<section class="spanuq-result">{warnings}{body}'
             f'<p class="meta">{meta}</p>{key}<ol class="uq-list">{items}</ol>{probe}</section>')
 
 
@@ -338,7 +380,7 @@ def html_page(result) -> str:
             "<style>body{font-family:sans-serif;margin:2em;max-width:50em}.prompt{color:#444}"
             "ol.uq-list{line-height:1.8}</style></head><body>"
             f"<p class=\"prompt\"><b>Prompt:</b> {html.escape(result.prompt)}</p>{fragment(result)}"
-            "<p><small>Hover a span for its score.</small></p></body></html>")
+            "<p><small>Hover a span for its score and what it means.</small></p></body></html>")
 
 
 def wrap(text: str, width: int) -> list[tuple[int, int]]:

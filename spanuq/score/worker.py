@@ -1,13 +1,28 @@
-"""The one thread that owns the model in `spanuq serve`: a bounded queue of jobs, drained in order.
+"""The lanes of `spanuq serve`: bounded queues, each drained in order by its own thread.
 
-Scoring requests waiting together are scored together, up to ``score.micro_batch`` at a time
-(`SpanUQ.score_many`: one batched teacher-forced pass for given answers); a stream or a call
-(refine) runs by itself, in its turn.  A full queue is a 503; nothing a job does can stop
-the thread: an unexpected failure answers that job (or batch) only.  A stream's ``cancel``
-event (set when its client leaves) stops its generation at the next token.
-"""
+* the **answer lane** scores given answers (every request of the job has a ``response``): cheap
+  work, one teacher-forced pass, that never waits behind a generation;
+* the **generation lane** runs everything that makes the backbone answer: ``/score`` without a
+  response, streams, ``/v1/chat/completions``, ``/refine`` (and a ``/score/batch`` that mixes both).
+
+Both share one `SpanUQ`, whose ``lock`` is held for model work only (a teacher-forced pass, the
+probe, transformers' decoding), never while the llama.cpp server generates: a given answer waits
+at most for one such piece, not for a whole generation.  Scoring requests waiting together in a
+lane are scored together, up to ``score.micro_batch`` at a time (`SpanUQ.score_many`: one batched
+teacher-forced pass); a stream or a call (refine) runs by itself, in its turn.  A full lane is a
+503; nothing a job does can stop a lane: an unexpected failure answers that job (or batch) only.
+A stream's ``cancel`` event (set when its client leaves) stops its generation at the next token.
+
+Memory: each answer's pass allocates tensors of its own shape, from whichever thread runs it, and
+glibc keeps what is freed in per-thread arenas, so a long-running service's RSS creeps up with no
+object kept alive.  `ScoringWorker` caps glibc at two arenas (``mallopt(M_ARENA_MAX, 2)``, before its
+threads start) and hands freed memory back (``malloc_trim(0)``) whenever a lane runs dry;
+`benchmarks/bench_lanes.py` measures RSS over a long mixed soak.  Elsewhere (not glibc) both are no-ops.
+""" 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import queue
 import threading
@@ -32,34 +47,68 @@ def loop_emitter(loop, events, on_closed):
     return emit
 
 
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def _libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+    except OSError:
+        return None
+
+
+LIBC = _libc()
+
+
+def cap_arenas(n: int = 2) -> None:
+    """At most ``n`` glibc malloc arenas for this process (threads share them instead of each growing one)."""
+    if LIBC is not None:
+        LIBC.mallopt(M_ARENA_MAX, n)
+
+
+def release_memory() -> None:
+    """Hand the heap's freed pages back to the system (glibc ``malloc_trim``)."""
+    if LIBC is not None:
+        LIBC.malloc_trim(0)
+
+
 class QueueFull(Exception):
     """The queue holds ``max_queue`` jobs: retry later (the service answers 503)."""
 
 
 class ScoringWorker:
-    """The one thread that owns the model; `submit` returns a Future of per-item results."""
+    """The two lanes (module docstring); `submit` returns a Future of per-item results."""
 
     def __init__(self, uq, micro_batch: int = 8, max_queue: int = 256):
         self.uq, self.micro_batch = uq, max(1, micro_batch)
-        self.q: queue.Queue = queue.Queue(maxsize=max_queue)
+        self.q: queue.Queue = queue.Queue(maxsize=max_queue)  # the generation lane
+        self.answers: queue.Queue = queue.Queue(maxsize=max_queue)  # the answer lane: given answers
         self.batches = 0
         self.streams = {"done": 0, "cancelled": 0, "failed": 0}  # how the streams ended
-        self._thread = threading.Thread(target=self._run, name="spanuq-worker", daemon=True)
-        self._thread.start()
+        cap_arenas()  # before the lanes' threads allocate (module docstring)
+        self._threads = [threading.Thread(target=self._run, args=(lane,), name=f"spanuq-{name}", daemon=True)
+                         for name, lane in (("generate", self.q), ("answers", self.answers))]
+        for t in self._threads:
+            t.start()
+
+    def queued(self) -> dict:
+        return {"answers": self.answers.qsize(), "generate": self.q.qsize()}
 
     def submit(self, reqs: list[ScoreRequest]) -> Future:
-        return self._put(reqs)
+        """Given answers go to the answer lane; a job with any answer to generate, to the generation lane."""
+        return self._put(self.answers if all(r.response is not None for r in reqs) else self.q, reqs)
 
     def call(self, fn) -> Future:
-        """Run ``fn(uq)`` on the worker thread, in queue order (a job that is not a scoring batch: refine)."""
-        return self._put(fn)
+        """Run ``fn(uq)`` on the generation lane, in queue order (a job that is not a scoring batch: refine)."""
+        return self._put(self.q, fn)
 
-    def _put(self, job) -> Future:
+    def _put(self, lane: queue.Queue, job) -> Future:
         fut: Future = Future()
         try:
-            self.q.put_nowait((job, fut))
+            lane.put_nowait((job, fut))
         except queue.Full:
-            raise QueueFull(f"the service is busy ({self.q.maxsize} requests waiting); retry later") from None
+            raise QueueFull(f"the service is busy ({lane.maxsize} requests waiting); retry later") from None
         return fut
 
     def submit_stream(self, job: "StreamJob") -> None:
@@ -85,9 +134,11 @@ class ScoringWorker:
         except Exception as e:  # noqa: BLE001 - answers this request, the worker lives on
             fut.set_exception(e)
 
-    def _run(self) -> None:
+    def _run(self, lane: queue.Queue) -> None:
         while True:
-            job = self.q.get()
+            if lane.empty():
+                release_memory()  # the lane ran dry: give what its jobs freed back (module docstring)
+            job = lane.get()
             if job is None:
                 return
             if self._alone(job):
@@ -96,11 +147,11 @@ class ScoringWorker:
             jobs, later = [job], None
             while len(jobs) < self.micro_batch:
                 try:
-                    nxt = self.q.get_nowait()
+                    nxt = lane.get_nowait()
                 except queue.Empty:
                     break
                 if nxt is None:
-                    self.q.put(None)
+                    lane.put(None)
                     break
                 if self._alone(nxt):  # run after this batch, in its turn
                     later = nxt
@@ -126,8 +177,10 @@ class ScoringWorker:
             k += len(rs)
 
     def close(self) -> None:
-        self.q.put(None)
-        self._thread.join(timeout=30)
+        for lane in (self.q, self.answers):
+            lane.put(None)
+        for t in self._threads:
+            t.join(timeout=30)
 
 
 class StreamJob:

@@ -96,7 +96,7 @@ def _backbone_failed(uq, e: Exception) -> OpenAIError:
 
 
 def backbone_complete(uq, req: ChatRequest, chat: str) -> Completion:
-    """The backbone's answer (runs on the worker thread, which owns the model)."""
+    """The backbone's answer (runs on the service's generation lane; the backbone under `SpanUQ.lock`)."""
     from ...llm.states import generate_with_states
 
     budget = req.budget() or uq.cfg.score.max_new_tokens
@@ -104,7 +104,8 @@ def backbone_complete(uq, req: ChatRequest, chat: str) -> Completion:
         greedy_only(req)
         n_prompt = _check_context(uq, chat, budget, None)
         stops = list(uq.cfg.generate.stop or []) + list(req.stop or [])
-        g = generate_with_states(uq.model, uq.tok, chat, uq.layers, budget, uq.out_dtype, stop=stops)
+        with uq.lock:  # transformers decodes on the backbone (`SpanUQ.lock`)
+            g = generate_with_states(uq.model, uq.tok, chat, uq.layers, budget, uq.out_dtype, stop=stops)
         return Completion(g.text, "length" if g.truncated else "stop", len(g.token_ids), n_prompt, item=g.item)
     n_prompt = _check_context(uq, chat, budget, None)
     client = _server(uq)

@@ -146,8 +146,9 @@ class SpanUQExtension(BaseModel):
     done: bool = Field(description="scores of the whole answer (true), or of the content streamed so far")
     status: Literal["scored", "unverified"]
     status_reasons: list[StatusReason]
-    content_chars: int = Field(description="len(message.content) the offsets index: the whole content, or (streamed) "
-                                           "the content so far")
+    content_chars: int = Field(description="the characters of message.content these scores cover, content[:content_chars]: "
+                                           "the whole content (done), or (streamed) the scored prefix, which may end "
+                                           "before the content streamed so far (the rest is not scored yet)")
     spans: list[ScoredSpan] = Field(description="start/end are character (code point) offsets into message.content")
     u_seq: float | None = Field(description="û_seq, the answer-level score; null when unverified without one")
     n_tokens: int

@@ -9,7 +9,7 @@ A completion is the standard ``chat.completion`` plus the object ``spanuq`` (`Sp
 also sent compact as the response header ``x-spanuq`` (what LangChain's ``ChatOpenAI(...,
 include_response_headers=True)`` exposes as ``response_metadata["headers"]``).  With ``stream: true``
 the ``chat.completion.chunk`` events carry the content as it is generated; a chunk that
-carries a span update has ``spanuq`` (``done`` false: the spans of the content streamed so far);
+carries a span update has ``spanuq`` (``done`` false: the spans of the scored prefix, ``content_chars``);
 the chunk with ``finish_reason`` has the final ``spanuq`` (``done`` true), equal to ``POST /score``
 on the same answer.  Errors are OpenAI's ``{"error": {...}}`` (mid-stream: an ``error`` event).
 
@@ -74,9 +74,11 @@ def with_upstream_status(uq, result: ScoreResult, answered_by: AnsweredBy | None
     return result.model_copy(update={"status": "unverified", "status_reasons": result.status_reasons + new})
 
 
-def _score_given(uq, conv: Conversation, answer: str, states=None) -> ScoreResult:
-    out = uq.score_many([ScoreRequest(prompt=conv.prompt, response=answer)], progress=False, return_errors=True,
-                        chats=[conv.chat], states=[states] if states is not None else None)[0]
+def _score_answer(uq, conv: Conversation, answer: str, source: str, states=None) -> ScoreResult:
+    """``answer`` scored after the conversation, with the calibration of who wrote it (``source``:
+    ``generated`` for the backbone's own answer, ``given`` for an upstream's)."""
+    out = uq.score_many([ScoreRequest(prompt=conv.prompt, response=answer, answer_source=source)], progress=False,
+                        return_errors=True, chats=[conv.chat], states=[states] if states is not None else None)[0]
     if isinstance(out, Exception):
         raise out
     return out
@@ -271,7 +273,7 @@ def install(app: FastAPI, uq, worker, scfg, upstream: Upstream | None = None, pr
             if upstream is not None:
                 comp = await asyncio.to_thread(upstream.complete, body, conv.messages)
                 answer = comp.text.strip()
-                result = await asyncio.wrap_future(worker.call(lambda m: _score_given(m, conv, answer)))
+                result = await asyncio.wrap_future(worker.call(lambda m: _score_answer(m, conv, answer, "given")))
                 result = with_upstream_status(uq, result, AnsweredBy(comp.model or req.model, upstream.declared,
                                                                      comp.completion_tokens))
                 model_id, cid, created = comp.model or req.model, comp.id or completion_id(), comp.created
@@ -281,8 +283,8 @@ def install(app: FastAPI, uq, worker, scfg, upstream: Upstream | None = None, pr
                     t_gen = time.perf_counter()
                     c = backbone_complete(m, req, conv.chat)
                     gen_s = round(time.perf_counter() - t_gen, 4)
-                    r = _score_given(m, conv, c.text.strip(), c.item)
-                    return c, r.model_copy(update={"answer_source": "generated", "generator": m.generator,
+                    r = _score_answer(m, conv, c.text.strip(), "generated", c.item)
+                    return c, r.model_copy(update={"generator": m.generator,
                                                    "truncated": c.finish_reason == "length",
                                                    "timings": r.timings.model_copy(update={"generate_s": gen_s})})
 
