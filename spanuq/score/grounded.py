@@ -18,10 +18,10 @@ read a claim as backed), which is why sources past ``score.max_context_windows``
 rather than read in ever more windows.  The status reasons of all windows are kept.
 
 **What a span was read against.**  Of the passages its window read, the one sharing most content words
-with the span's sentence (other than the span's own words).  A span at or above the likely-wrong
-threshold is ``contradicted`` when that passage shares at least `SPEAKS_OF` of them (the source speaks
-of the sentence and the probe, reading it, doubts the span), else ``unsupported`` (no passage speaks of
-it).  This marks the display; it does not change û.
+with the span's clause (other than the span's own words; ties: with its sentence).  A span at or above
+the likely-wrong threshold is ``contradicted`` when that passage shares at least `SPEAKS_OF` words of
+its sentence (the source speaks of the sentence and the probe, reading it, doubts the span), else
+``unsupported`` (no passage speaks of it).  This marks the display; it does not change û.
 """
 from __future__ import annotations
 
@@ -110,11 +110,14 @@ def words(text: str) -> set[str]:
     return {w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if len(w) > 1 and w not in _STOP}
 
 
-def sentence_of(answer: str, start: int, end: int) -> str:
-    """The sentence of ``answer`` holding characters [start, end)."""
-    a = max(answer.rfind(c, 0, start) for c in ".!?\n") + 1
-    ends = [i for i in (answer.find(c, end) for c in ".!?\n") if i >= 0]
+def sentence_of(answer: str, start: int, end: int, stops: tuple[str, ...] = (".", "!", "?", "\n")) -> str:
+    """The sentence of ``answer`` holding characters [start, end) (its clause with ``CLAUSE``)."""
+    a = max([i + len(c) for c in stops if (i := answer.rfind(c, 0, start)) >= 0], default=0)
+    ends = [i for i in (answer.find(c, end) for c in stops) if i >= 0]
     return answer[a: min(ends) + 1 if ends else len(answer)]
+
+
+CLAUSE = (".", "!", "?", "\n", ",", ";", ":", " and ", " but ", " while ", " which ")
 
 
 def read_against(result: ScoreResult, windows: list[int]) -> ScoreResult:
@@ -122,16 +125,19 @@ def read_against(result: ScoreResult, windows: list[int]) -> ScoreResult:
     text = {p.id: p.text for p in result.context or []}
     spans = []
     for s, k in zip(result.spans, windows):
-        about = words(sentence_of(result.answer, s.start, s.end)) - words(s.text)
-        best, shared = None, -1
+        own = words(s.text)
+        clause = words(sentence_of(result.answer, s.start, s.end, CLAUSE)) - own
+        sentence = words(sentence_of(result.answer, s.start, s.end)) - own
+        best, shared = None, (-1, -1)
         for r in result.context_read:
             if r.window != k:
                 continue
-            n = len(about & words(text[r.id][r.start:r.end]))
+            read = words(text[r.id][r.start:r.end])
+            n = (len(clause & read), len(sentence & read))
             if n > shared:
                 best, shared = r.id, n
         support = None
         if s.u >= result.flag_threshold:
-            support = "contradicted" if shared >= SPEAKS_OF else "unsupported"
+            support = "contradicted" if shared[1] >= SPEAKS_OF else "unsupported"
         spans.append(s.model_copy(update={"passage": best, "support": support}))
     return result.model_copy(update={"spans": spans})

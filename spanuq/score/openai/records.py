@@ -155,6 +155,7 @@ class SpanUQExtension(BaseModel):
     answer_source: Literal["generated", "given"] = Field(
         description="generated: the backbone answered; given: an upstream server answered and SpanUQ scored it")
     conformal: dict | None = None
+    flag_threshold: float = Field(default=0.5, description="a span with û at or above this is shown as likely wrong")
     calibration_source: str = Field(default="generated", description="which calibration mapped û (`+context`: fitted "
                                     "with sources)")
     context: list[ContextPassage] | None = Field(default=None, description="the sources read (docs/openai.md): "
