@@ -344,8 +344,8 @@ def fragment(result) -> str:
         f'data-start="{s.start}" data-end="{s.end}">'
         f'<b style="background:rgba({",".join(map(str, shade(s.u, flag)))},0.55)">{s.u:.2f}</b> '
         f'{html.escape(s.text)}{" <em>likely wrong</em>" if likely_wrong(s.u, flag) else ""} '
-        + (f'<span class="uq-against" data-passage="{html.escape(s.passage)}">{html.escape(against(s, flag))}</span> '
-           if s.passage is not None else "")
+        + (f'<span class="uq-against{" wrong" if likely_wrong(s.u, flag) else ""}" data-passage='
+           f'"{html.escape(s.passage)}">{html.escape(against(s, flag))}</span> ' if s.passage is not None else "")
         + f'<small>(ν {s.nu:.1f}, validity {s.validity:.2f})</small></li>'
         for s in ranked(result))
     t = result.timings
