@@ -114,7 +114,8 @@ def region_u(result: ScoreResult, start: int, end: int) -> float | None:
     us = [s.u for s in result.spans if s.start < end and s.end > start]
     if us:
         return max(us)
-    return None if result.answer_source == "given" and result.calibration_source == "given" else result.u_seq
+    given_mapped = result.calibration_source in ("given", "given+context")
+    return None if result.answer_source == "given" and given_mapped else result.u_seq
 
 
 def repeats(text: str, claim: str) -> bool:
