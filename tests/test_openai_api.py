@@ -249,15 +249,15 @@ def test_upstream_stream_ends_equal_to_score(upstream_service):
     same_scores(final, httpx.post(f"{url}/score", json={"prompt": PROMPT, "response": content}, timeout=300).json())
 
 
-def test_upstream_answer_of_another_model_name_is_unverified(upstream_service):
+def test_upstream_answer_of_any_model_is_scored_as_a_given_answer(upstream_service):
     url, _ = upstream_service
-    # llama.cpp answers any model name with its one model and echoes the name: SpanUQ cannot tell it is SmolLM2
+    # llama.cpp answers any model name with its one model and echoes the name: to SpanUQ it is another model,
+    # whose answer is a given answer (no --upstream-model declared it to be the probe's backbone)
     r = client(url).chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": PROMPT}],
                                             max_tokens=24)
     ext = r.spanuq
-    assert ext["status"] == "unverified"
-    assert [x["code"] for x in ext["status_reasons"]] == ["probe_backbone_mismatch"]
-    assert "--upstream-model gpt-4o-mini" in ext["status_reasons"][0]["message"]
+    assert r.model == "gpt-4o-mini" and ext["answer_source"] == "given"
+    assert ext["status"] == "scored" and ext["status_reasons"] == []
 
 
 def test_upstream_empty_answer_is_unverified_not_clean(upstream_service):

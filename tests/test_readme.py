@@ -29,6 +29,17 @@ def test_the_terminal_example_is_what_the_command_prints_now():
     assert readme_examples.same_output(now, then), f"the command prints now:\n{now}"
 
 
+def test_the_grounded_example_ranks_the_fact_its_source_contradicts_first():
+    """`spanuq score ... --context @source.txt` on docs/examples/grounded/ with the shipped probe prints
+    docs/terminal_grounded.txt, and the one fact the source contradicts (415 km; it says 202) is ranked first."""
+    now = readme_examples.terminal_text(grounded=True)
+    then = (REPO / "docs" / "terminal_grounded.txt").read_text(encoding="utf-8")
+    assert readme_examples.same_output(now, then), f"the command prints now:\n{now}"
+    first = now.split("most doubtful first:\n", 1)[1].splitlines()[0]
+    assert "'415 kilometres'" in first and "[1]" in first, now  # read against the source, [1]
+    assert "[1] 'The Rideau Canal connects Ottawa to Kingston" in now  # the source it was read against
+
+
 def test_the_example_is_data_the_script_reads():
     prompt, answer = readme_examples.example()
     assert prompt in README and (REPO / "docs" / "examples" / "answer.txt").exists()

@@ -4,7 +4,9 @@
     spanuq score "Who was Marie Curie?" --response @answer.txt --json
     spanuq score "…" --html page.html
     spanuq score "Who was Marie Curie?" --stream             # spans colour in while the backbone answers
-    spanuq score --file prompts.jsonl --out scored.jsonl   # rows {prompt, response?, answer_source?, id?}
+    spanuq score --file prompts.jsonl --out scored.jsonl   # rows {prompt, response?, answer_source?, context?, id?}
+    spanuq score "When was it built?" --response @a.txt --context @source.txt   # against a source (repeatable)
+    spanuq score "When was it built?" --response @a.txt --corpus passages.jsonl # against the top-k BM25 passages
     spanuq serve --port 8000                                # http://127.0.0.1:8000
 """
 from __future__ import annotations
@@ -48,6 +50,14 @@ def add_score_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--answer-source", choices=["given", "generated"], default=None,
                    help="who wrote --response: given (default: another model or a person) or generated (this "
                         "backbone, e.g. through a server that serves it); û is calibrated for each")
+    p.add_argument("--context", action="append", default=None, metavar="TEXT|@FILE",
+                   help="a source to read the answer against (a passage, a tool result, a document); repeat for "
+                        "more; numbered in the order given (docs/context.md)")
+    p.add_argument("--corpus", default=None, metavar="FILE",
+                   help="JSONL of passages {id, text, title?}: the top score.context_top_k passages for the prompt "
+                        "(and the response) by BM25 are the sources (the index is the label stage's format)")
+    p.add_argument("--corpus-index", default=None, metavar="DIR",
+                   help="where --corpus's BM25 index is kept (built when missing or stale; default: FILE.bm25_index)")
     p.add_argument("--json", action="store_true", help="print the result as JSON (docs/score.schema.json)")
     p.add_argument("--html", default=None, metavar="FILE", help="also write a standalone HTML page")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
@@ -55,7 +65,7 @@ def add_score_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream", action="store_true",
                    help="score while the backbone answers: the coloured answer is redrawn live on a terminal "
                         "(one plain line per update when piped; --json: one StreamUpdate per line)")
-    p.add_argument("--file", default=None, help="JSONL with rows {prompt, response?, answer_source?, id?}")
+    p.add_argument("--file", default=None, help="JSONL with rows {prompt, response?, answer_source?, context?, id?}")
     p.add_argument("--out", default=None, help="with --file: output JSONL (default: <file>.scored.jsonl)")
     add_model_args(p)
 
@@ -64,11 +74,12 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=None, help="default: score.host (127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="default: score.port (8000)")
     p.add_argument("--upstream", default=None, metavar="URL",
-                   help="/v1/chat/completions: forward to this OpenAI-compatible server (serving the probe's backbone: "
-                        "`spanuq llama-server`, `python -m llama_cpp.server`, `vllm serve`) and score its answers "
+                   help="/v1/chat/completions: forward to this OpenAI-compatible server (any model: its answers are "
+                        "scored as given answers, against the conversation's sources) and score its answers "
                         "(default: the backbone answers; docs/openai.md)")
     p.add_argument("--upstream-model", default=None, metavar="ID",
-                   help="the upstream's model id that serves the probe's backbone (default: recognised by name)")
+                   help="declare that the upstream's model ID serves the probe's backbone: a reply from another model "
+                        "or tokenizer is then unverified (probe_backbone_mismatch)")
     p.add_argument("--upstream-api-key-env", default=None, metavar="NAME",
                    help="the environment variable holding the upstream's API key (never logged)")
     p.add_argument("--upstream-timeout", type=float, default=300.0, help="seconds per upstream request")
@@ -107,6 +118,32 @@ def read_arg(value: str | None) -> str | None:
     return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
 
 
+class Sources:
+    """The sources of `spanuq score`: the --context passages, or the top-k of --corpus for each prompt."""
+
+    def __init__(self, args, cfg):
+        from ..context.retrieval import BM25Retriever
+
+        self.given = [read_arg(c) for c in args.context] if args.context else None
+        if self.given is not None and args.corpus:
+            raise ValueError("give the sources as --context or retrieve them with --corpus, not both")
+        self.k, self.retriever = cfg.score.context_top_k, None
+        if args.corpus:
+            corpus = Path(args.corpus)
+            if not corpus.is_file():
+                raise FileNotFoundError(f"{corpus}: no such corpus file")
+            index = Path(args.corpus_index) if args.corpus_index else corpus.with_name(corpus.name + ".bm25_index")
+            self.retriever = BM25Retriever.open(corpus, index)
+
+    def __call__(self, prompt: str, response: str | None, row: list | None = None) -> list | None:
+        """The context of one prompt: a --file row's own, else --context, else the passages --corpus retrieves
+        for the prompt and the response (none found: an empty list, refused as no sources)."""
+        if row is not None or self.retriever is None:
+            return row if row is not None else self.given
+        hits = self.retriever.search(f"{prompt} {response or ''}", self.k)
+        return [{"id": p.id, "text": p.text, "title": p.title} for p, _ in hits]
+
+
 def check_early(prompt: str | None, response: str | None, cfg) -> None:
     """The input checks `SpanUQ` runs, before anything is loaded (an empty answer fails in milliseconds:
     one empty --response is a slip, not a question; empty answers in --file rows or the API are scored
@@ -138,8 +175,13 @@ def run_score(args, cfg) -> int:
         return _score_stream(args, cfg)
     response = read_arg(args.response)  # a file that cannot be read fails before the backbone loads
     check_early(args.prompt, response, cfg)
+    context = Sources(args, cfg)(args.prompt, response)
+    if context is not None:
+        from .grounded import checked_passages
+
+        checked_passages(context, cfg.score)
     with load_uq(args, cfg) as uq:
-        result = uq.score(args.prompt, response=response, answer_source=args.answer_source)
+        result = uq.score(args.prompt, response=response, answer_source=args.answer_source, context=context)
     if args.html:
         Path(args.html).write_text(html_page(result), encoding="utf-8")
     if args.json:
@@ -156,10 +198,11 @@ def _score_stream(args, cfg) -> int:
     if args.response is not None:
         raise ValueError("--stream scores the backbone's answer as it is generated; leave out --response")
     check_early(args.prompt, None, cfg)
+    context = Sources(args, cfg)(args.prompt, None)
     colour = use_colour(args.color)
     live = LiveTerminal(sys.stdout) if sys.stdout.isatty() and not args.json else None
     with load_uq(args, cfg) as uq:
-        for update in uq.score_stream(args.prompt):
+        for update in uq.score_stream(args.prompt, context=context):
             if args.json:
                 print(update.model_dump_json(), flush=True)
             elif live is not None:
@@ -207,6 +250,7 @@ def _score_file(args, cfg) -> int:
         raise FileNotFoundError(f"{src}: no such file")
     out = Path(args.out or src.with_suffix(".scored.jsonl"))
     rows = list(_rows(src))
+    sources = Sources(args, cfg)
     bs = max(1, cfg.score.batch_size)
     n_err = n_warn = 0
     with load_uq(args, cfg) as uq, out.open("w", encoding="utf-8") as f:
@@ -215,8 +259,9 @@ def _score_file(args, cfg) -> int:
             chunk = rows[s: s + bs]
             good = [(n, r) for n, r, err in chunk if r is not None]
             results = uq.score_many([{"prompt": r["prompt"], "response": r.get("response"),
-                                      "answer_source": r.get("answer_source")} for _, r in good],
-                                    progress=False, return_errors=True)
+                                      "answer_source": r.get("answer_source"),
+                                      "context": sources(r["prompt"], r.get("response"), r.get("context"))}
+                                     for _, r in good], progress=False, return_errors=True)
             by_line = {n: res for (n, _), res in zip(good, results)}
             for n, r, err in chunk:
                 rec = {"line": n, **({"id": r["id"]} if r and "id" in r else {})}

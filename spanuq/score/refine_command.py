@@ -22,6 +22,8 @@ def add_refine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--u-threshold", type=float, default=None,
                    help="act on spans whose û is above this (default: score.refine_threshold, else the answer's "
                         "likely-wrong threshold)")
+    p.add_argument("--context", action="append", default=None, metavar="TEXT|@FILE",
+                   help="a source the answer is read against (repeatable; docs/context.md)")
     p.add_argument("--json", action="store_true", help="print the RefineResult as JSON")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     add_model_args(p)
@@ -49,7 +51,8 @@ def refine_view(r, colour_on: bool = True) -> str:
 def run_refine(args, cfg) -> int:
     response = read_arg(args.response)
     check_early(args.prompt, response, cfg)
+    context = [read_arg(c) for c in args.context] if args.context else None
     with load_uq(args, cfg) as uq:
-        result = uq.refine(args.prompt, response, mode=args.mode, threshold=args.u_threshold)
+        result = uq.refine(args.prompt, response, mode=args.mode, threshold=args.u_threshold, context=context)
     print(result.model_dump_json(indent=2) if args.json else refine_view(result, use_colour(args.color)))
     return 0

@@ -196,12 +196,17 @@ TIP = {  # what a span's û is, in the few words of its tooltip, per answer sour
 TIP_UNCALIBRATED = "read as if the backbone had written this answer (rank, do not read)"
 NU_LINE = "ν: how sure the probe is of û itself (the precision of its Beta; higher = û is firmer)"
 VALIDITY_LINE = "validity: how likely the probe's query found a real claim here (spans below the probe's cut are not shown)"
+WITH_SOURCES = ("û with sources = chance the sources, as the backbone reads them, do not back this span "
+                "(red: contradicted or not supported by them)")
 HOW_TO_CHOOSE = "choose with --model shipped | DIR | models:/spanuq-<backbone>@champion"
 
 
 def legend(result) -> str:
     """One line: what û means for this answer's source, and from where a span is shown as likely wrong."""
     meaning = MEANING.get(result.answer_source, LEGEND)
+    if getattr(result, "context", None) is not None:
+        return WITH_SOURCES + ("" if result.status == "scored" else
+                               "; grey: SpanUQ could not judge this answer (why: below)")
     if result.answer_source == "given" and getattr(result, "calibration_source", "given") == "generated":
         return (f"{UNCALIBRATED_GIVEN}; red from û ≥ {result.flag_threshold:.2f}, the own answers' threshold"
                 if result.status == "scored" else f"{UNCALIBRATED_GIVEN}; grey: SpanUQ could not judge this answer")
@@ -256,6 +261,32 @@ def ranked(result) -> list:
     return sorted(result.spans, key=lambda s: (-s.u, s.start))
 
 
+def against(s, flag: float | None) -> str:
+    """What the sources say of a span scored with them: ``contradicted by [id]`` / ``not supported by the
+    sources`` when it is shown as likely wrong, else ``read against [id]``; empty without sources."""
+    if getattr(s, "passage", None) is None:
+        return ""
+    if likely_wrong(s.u, flag) and s.support == "contradicted":
+        return f"contradicted by [{s.passage}]"
+    if likely_wrong(s.u, flag):
+        return "not supported by the sources"
+    return f"read against [{s.passage}]"
+
+
+def sources_lines(result) -> list[str]:
+    """One line per passage the answer was read against: its id, title, characters read and windows."""
+    if result.context is None:
+        return []
+    out = [f"sources ({result.context_windows} window{'s' * (result.context_windows != 1)}):"]
+    for p in result.context:
+        read = [r for r in result.context_read if r.id == p.id]
+        where = ", ".join(f"{r.start}-{r.end}" + (f" (window {r.window})" if result.context_windows > 1 else "")
+                          for r in read)
+        text = p.text if len(p.text) <= 100 else p.text[:97] + "..."
+        out.append(f"  [{p.id}] {p.title + ': ' if p.title else ''}{text!r}  read: chars {where or 'none'}")
+    return out
+
+
 def _chip(u: float, colour_on: bool, flag: float | None = 0.5) -> str:
     if not colour_on:
         return f"{u:.2f}"
@@ -284,12 +315,14 @@ def terminal_view(result, colour_on: bool = True) -> str:
     for s in ranked(result):
         mark = ("  likely wrong" if likely_wrong(s.u, flag) else "") + ("  above the conformal threshold"
                                                           if index[id(s)] in conformal else "")
+        mark += f"  {against(s, flag)}" if against(s, flag) else ""
         lines.append(f"  {_chip(s.u, colour_on, flag)}  {s.text!r}  chars {s.start}-{s.end}  ν {s.nu:.1f}{mark}")
     if result.status == "unverified":
         lines.insert(0, "UNVERIFIED: SpanUQ could not judge this answer; do not read it as free of doubt")
         lines += [f"unverified ({r.code}): {r.message}" for r in result.status_reasons]
     if result.conformal:
         lines.append(conformal_line(result.conformal))
+    lines += sources_lines(result)
     if result.probe:
         lines.append(probe_line(result.probe))
     return "\n".join(lines)
@@ -351,7 +384,9 @@ def fragment(result) -> str:
         f'data-start="{s.start}" data-end="{s.end}">'
         f'<b style="background:rgba({",".join(map(str, shade(s.u, flag)))},0.55)">{s.u:.2f}</b> '
         f'{html.escape(s.text)}{" <em>likely wrong</em>" if likely_wrong(s.u, flag) else ""} '
-        f'<small>(ν {s.nu:.1f}, validity {s.validity:.2f})</small></li>'
+        + (f'<span class="uq-against{" wrong" if likely_wrong(s.u, flag) else ""}" data-passage='
+           f'"{html.escape(s.passage)}">{html.escape(against(s, flag))}</span> ' if s.passage is not None else "")
+        + f'<small>(ν {s.nu:.1f}, validity {s.validity:.2f})</small></li>'
         for s in ranked(result))
     t = result.timings
     useq = ("no answer score" if result.u_seq is None
@@ -369,9 +404,27 @@ def fragment(result) -> str:
     probe = f'<p class="meta uq-probe">{html.escape(probe_line(result.probe))}</p>' if result.probe else ""
     key = (f'<p class="meta uq-key">{colour_bar(flag)}</p><p class="meta uq-legend">{html.escape(legend(result))}</p>'
            f'<p class="meta uq-terms">{html.escape(NU_LINE)}<br>{html.escape(VALIDITY_LINE)}</p>')
-    body = to_html(result.answer, result_spans(result), flag=flag, meaning=tip_meaning(result))
-    return (f'<section class="spanuq-result">{warnings}{body}'
-            f'<p class="meta">{meta}</p>{key}<ol class="uq-list">{items}</ol>{probe}</section>')
+    answer = (f'{to_html(result.answer, result_spans(result), flag=flag, meaning=tip_meaning(result))}'
+              f'<p class="meta">{meta}</p>{key}<ol class="uq-list">{items}</ol>')
+    if result.context is not None:  # the sources beside the answer
+        answer = (f'<div class="uq-grounded" style="display:flex;gap:1.5em;align-items:flex-start">'
+                  f'<div style="flex:3;min-width:0">{answer}</div>{sources_html(result)}</div>')
+    return f'<section class="spanuq-result">{warnings}{answer}{probe}</section>'
+
+
+def sources_html(result) -> str:
+    """The passages an answer was read against, each with its id and the characters read (``aside.uq-sources``)."""
+    items = []
+    for p in result.context:
+        read = [r for r in result.context_read if r.id == p.id]
+        where = ", ".join(f"{r.start}–{r.end}" for r in read)
+        title = f"<b>{html.escape(p.title)}</b>: " if p.title else ""
+        items.append(f'<li class="uq-source" data-id="{html.escape(p.id)}"><b>[{html.escape(p.id)}]</b> {title}'
+                     f'{html.escape(p.text)} <small>(read: characters {where or "none"})</small></li>')
+    windows = f" in {result.context_windows} windows" if result.context_windows > 1 else ""
+    return (f'<aside class="uq-sources" style="flex:2;min-width:0;font-size:0.9em;border-left:3px solid #ccc;'
+            f'padding-left:1em"><h4 style="margin:0.6em 0">Sources read{windows}</h4>'
+            f'<ul style="padding-left:1em;line-height:1.5">{"".join(items)}</ul></aside>')
 
 
 def html_page(result) -> str:

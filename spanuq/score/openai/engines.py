@@ -5,10 +5,11 @@
   the states are captured on the way (``score.generator=hf``).  An omitted ``temperature`` is
   greedy decoding — the answer ``score(prompt)`` gives; stop strings are ``generate.stop`` plus
   the request's; ``max_tokens`` defaults to ``score.max_new_tokens``.
-* **upstream**: any OpenAI-compatible server that serves the probe's backbone (``python -m
-  llama_cpp.server``, ``spanuq llama-server``, ``vllm serve``) gets the request as the client sent
-  it, with the conversation SpanUQ scores in (`conversation`); its answer is then scored as a
-  given answer.  Its API key comes from the environment variable named by ``--upstream-api-key-env``.
+* **upstream**: any OpenAI-compatible server, serving any model (``python -m llama_cpp.server``,
+  ``spanuq llama-server``, ``vllm serve``, a hosted API) gets the request as the client sent it, with
+  the probe's system prompt first when it has none (`conversation`; SpanUQ's ``context`` /
+  ``documents`` fields are not sent on); its answer is then scored as a given answer, against the
+  conversation's sources when it has any.  Its API key comes from the environment variable named by ``--upstream-api-key-env``.
 
 Both give text as ``(text so far, finish_reason or None)`` pairs for streaming (`text_stream`) and
 a `Completion` otherwise.  A failure of the backbone or the upstream raises `OpenAIError` (502 /
@@ -172,7 +173,7 @@ class Upstream:
 
     def payload(self, body: dict, messages: list[dict]) -> dict:
         """The client's request as it sent it, with the conversation SpanUQ scores (its system prompt)."""
-        out = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+        out = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "context", "documents")}
         out["messages"] = messages
         return out
 

@@ -4,8 +4,9 @@ Requests follow ``POST /v1/chat/completions`` (openai-python's ``completion_crea
 ``model``, ``messages`` (``system`` / ``developer`` / ``user`` / ``assistant``, content a string
 or text parts), ``max_tokens`` (or ``max_completion_tokens``), ``temperature``, ``top_p``,
 ``seed``, ``stop``, ``stream`` (+ ``stream_options.include_usage``), ``frequency_penalty``,
-``presence_penalty``; ``n`` must be 1.  What SpanUQ cannot honour is refused with a clear 400
-(tools, images or audio, logprobs, JSON response formats, n > 1), never silently ignored.
+``presence_penalty``; ``n`` must be 1; ``tool`` messages and assistant ``tool_calls`` are read as
+sources (`spanuq.score.openai.conversation`).  What SpanUQ cannot honour is refused with a clear 400
+(tool definitions, images or audio, logprobs, JSON response formats, n > 1), never silently ignored.
 
 Responses are the standard ``chat.completion`` / ``chat.completion.chunk`` objects plus one
 top-level object ``spanuq`` (`SpanUQExtension`); errors are OpenAI's
@@ -19,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..schema import ScoredSpan, ScoreResult, Timings
+from ..schema import ContextPassage, ScoredSpan, ScoreResult, SourceRead, Timings
 from ..status import StatusReason
 
 
@@ -122,11 +123,8 @@ class ChatRequest(BaseModel):
         modalities = extra.get("modalities")
         if modalities and any(m != "text" for m in modalities):
             raise OpenAIError(400, "only the text modality is supported", "unsupported_parameter", "modalities")
-        for i, m in enumerate(self.messages):
-            if m.role in ("tool", "function") or (m.model_extra or {}).get("tool_calls"):
-                raise OpenAIError(400, f"messages[{i}]: tool calls and tool messages are not supported: SpanUQ "
-                                       "scores text answers", "unsupported_content", f"messages[{i}]")
-            m.text()  # refuses non-text parts
+        for m in self.messages:
+            m.text()  # refuses non-text parts (tool messages and calls are sources: conversation.py)
 
 
 # ------------------------------------------------------------------ the extension
@@ -158,6 +156,14 @@ class SpanUQExtension(BaseModel):
     answer_source: Literal["generated", "given"] = Field(
         description="generated: the backbone answered; given: an upstream server answered and SpanUQ scored it")
     conformal: dict | None = None
+    flag_threshold: float = Field(default=0.5, description="a span with û at or above this is shown as likely wrong")
+    calibration_source: str = Field(default="generated", description="which calibration mapped û (`+context`: fitted "
+                                    "with sources)")
+    context: list[ContextPassage] | None = Field(default=None, description="the sources read (docs/openai.md): "
+                                                 "documents, tool results, `context`; null without")
+    context_read: list[SourceRead] = Field(default_factory=list, description="which characters of which passage "
+                                           "each window read")
+    context_windows: int = 0
     probe: ProbeInfo
     timings: Timings
 

@@ -75,10 +75,12 @@ def with_upstream_status(uq, result: ScoreResult, answered_by: AnsweredBy | None
 
 
 def _score_answer(uq, conv: Conversation, answer: str, source: str, states=None) -> ScoreResult:
-    """``answer`` scored after the conversation, with the calibration of who wrote it (``source``:
-    ``generated`` for the backbone's own answer, ``given`` for an upstream's)."""
-    out = uq.score_many([ScoreRequest(prompt=conv.prompt, response=answer, answer_source=source)], progress=False,
-                        return_errors=True, chats=[conv.chat], states=[states] if states is not None else None)[0]
+    """``answer`` scored after the conversation, against its sources when it has any, with the
+    calibration of who wrote it (``source``: ``generated`` for the backbone's own answer, ``given``
+    for an upstream's)."""
+    out = uq.score_many([ScoreRequest(prompt=conv.prompt, response=answer, answer_source=source, context=conv.context)],
+                        progress=False, return_errors=True, chats=[conv.messages if conv.context else conv.chat],
+                        states=[states] if states is not None else None)[0]
     if isinstance(out, Exception):
         raise out
     return out
@@ -131,7 +133,7 @@ class ChatStreamJob(StreamJob):
             if self.upstream is not None:  # text from a server, re-read on the cache (the llamacpp path)
                 stops, source_kind, gen = [], "given", "llamacpp"
                 budget = budget or 1  # the upstream decides the length; the conversation must fit the context
-                text = lambda cap: self.upstream.text(self.body, self.conv.messages, meta)  # noqa: E731
+                text = lambda cap: self.upstream.text(self.body, self.conv.forwarded, meta)  # noqa: E731
             else:
                 stops, source_kind = list(uq.cfg.generate.stop or []) + list(self.req.stop or []), "generated"
                 budget = budget or uq.cfg.score.max_new_tokens
@@ -153,7 +155,8 @@ class ChatStreamJob(StreamJob):
             for update in score_stream(uq, self.conv.prompt, every=uq.cfg.score.stream_every, generator=gen,
                                        at_clauses=uq.cfg.score.stream_at_clauses, cancel=self.cancel,
                                        chat=self.conv.chat, text=teed, stop=stops, max_new_tokens=budget,
-                                       answer_source=source_kind):
+                                       answer_source=source_kind, context=self.conv.context,
+                                       messages=self.conv.messages):
                 last = update
                 if self.cancel.is_set():
                     break
@@ -238,7 +241,7 @@ def install(app: FastAPI, uq, worker, scfg, upstream: Upstream | None = None, pr
         return req, body
 
     def conv_of(req: ChatRequest) -> Conversation:
-        conv = conversation(req, uq.tok, uq.system_prompt)
+        conv = rendered_sources(req, conversation(req, uq.tok, uq.system_prompt))
         n = sum(len(m["content"]) for m in conv.messages)
         if n > uq.cfg.score.max_prompt_chars:
             raise OpenAIError(400, f"the conversation has {n:,} characters; the limit is "
@@ -247,6 +250,27 @@ def install(app: FastAPI, uq, worker, scfg, upstream: Upstream | None = None, pr
         if not conv.prompt.strip():
             raise OpenAIError(400, "the last user message is empty", "invalid_messages", "messages")
         return conv
+
+    def rendered_sources(req: ChatRequest, conv: Conversation) -> Conversation:
+        """``conv`` with its sources rendered into ``chat`` (`spanuq.context.render`): the backbone answers in
+        one window of them; an upstream's answer may be read in several (`spanuq.score.grounded`)."""
+        if conv.context is None:
+            return conv
+        from dataclasses import replace
+
+        from .. import grounded
+
+        try:
+            passages = grounded.checked_passages(conv.context, uq.cfg.score)
+            windows = grounded.windows_for(uq.tok, conv.messages, passages, uq.system_prompt, uq.max_context,
+                                           req.budget() or uq.cfg.score.max_new_tokens, uq.cfg.score)
+        except InputError as e:
+            raise OpenAIError(413 if e.status == 413 else 400, str(e), "invalid_context", "messages") from None
+        if upstream is None and len(windows) > 1:
+            raise OpenAIError(413, f"the sources need {len(windows)} windows: the backbone answers with all of them in "
+                                   "its input, so they must fit in one (score.context_tokens)", "context_length_exceeded",
+                              "messages")
+        return replace(conv, chat=windows[0].chat)
 
     @router.get("/models")
     async def models():
@@ -271,7 +295,7 @@ def install(app: FastAPI, uq, worker, scfg, upstream: Upstream | None = None, pr
         t0 = time.perf_counter()
         try:
             if upstream is not None:
-                comp = await asyncio.to_thread(upstream.complete, body, conv.messages)
+                comp = await asyncio.to_thread(upstream.complete, body, conv.forwarded)
                 answer = comp.text.strip()
                 result = await asyncio.wrap_future(worker.call(lambda m: _score_answer(m, conv, answer, "given")))
                 result = with_upstream_status(uq, result, AnsweredBy(comp.model or req.model, upstream.declared,
