@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 # docs/architecture.md, bottom to top: a module imports modules of its own unit and of lower layers
 LAYERS = {
     "infrastructure": ["spanuq.config", "spanuq.pipeline"],
-    "backbone plumbing": ["spanuq.llm"],
+    "backbone plumbing": ["spanuq.llm", "spanuq.context"],
     "the probe": ["spanuq.model", "spanuq.metrics"],
     "the stages that make the training data": ["spanuq.data", "spanuq.generate", "spanuq.label", "spanuq.features"],
     "the product": ["spanuq.score"],

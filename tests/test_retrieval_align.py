@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from spanuq.label.align import EmbeddingAligner, KeyTermAligner, NLIAligner, entailment_index, make_aligner
-from spanuq.label.retrieval import MANIFEST, BM25Retriever
+from spanuq.context.retrieval import MANIFEST, BM25Retriever
 
 PASSAGES = [
     {"id": "w1", "title": "Canberra", "text": "Canberra is the capital city of Australia, founded in 1913."},
@@ -38,7 +38,7 @@ def test_bm25_finds_the_passage_that_backs_a_claim_and_saves_its_index_once(tmp_
 def test_a_corpus_line_without_text_is_a_clear_error(tmp_path):
     bad = tmp_path / "c.jsonl"
     bad.write_text('{"id": "a", "text": "ok"}\n{"id": "b", "body": "no text"}\n')
-    with pytest.raises(ValueError, match=r"c.jsonl:2: a passage needs 'id' and 'text'"):
+    with pytest.raises(ValueError, match=r"c.jsonl:2: a passage is a JSON object with 'id' and 'text'"):
         BM25Retriever.open(bad, tmp_path / "idx")
 
 

@@ -35,7 +35,7 @@ from .align import Aligner
 from .decompose import DECOMPOSE, DecomposeResult, Decomposition, anchor_claims, claim_texts
 from .judge import Judge, JudgeFailure
 from .offline import LabelResult, vote
-from .retrieval import BM25Retriever
+from ..context.retrieval import BM25Retriever
 from .terms import is_prompt_copy
 from .verify import Verification, verify_claims
 

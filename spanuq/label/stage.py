@@ -48,7 +48,7 @@ _JUDGE_NOT_IN_KEY = {"base_url", "api_key_env", "timeout_s", "max_retries", "bac
 
 def run_index(cfg: Config, progress: bool = True) -> Path:
     """DVC entry point: build (or confirm) the BM25 index of ``label.corpus``."""
-    from .retrieval import MANIFEST, BM25Retriever
+    from ..context.retrieval import MANIFEST, BM25Retriever
 
     paths = StagePaths.from_config(cfg)
     if not cfg.label.corpus:
@@ -87,7 +87,7 @@ def open_labeller(cfg: Config, paths: StagePaths) -> Iterator[object]:
         return
     from .judge import Judge
     from .judge_labeller import JudgeLabeller
-    from .retrieval import MANIFEST, BM25Retriever
+    from ..context.retrieval import MANIFEST, BM25Retriever
 
     retriever = None
     if cfg.label.corpus:

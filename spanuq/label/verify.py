@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from ..pipeline.records import VERDICT_SCORE
 from .judge import Judge, JudgeFailure, Template
-from .retrieval import BM25Retriever, Passage
+from ..context.retrieval import BM25Retriever, Passage
 
 MAX_PASSAGE_CHARS = 1200
 

@@ -27,6 +27,12 @@ so subtracting the entropy of later tokens would discount exactly the surprise a
 causes. ``w = v = 0`` is Platt scaling (T and b, `spanuq.metrics.ece.fit_platt`). Each source also
 stores ``flag``, the calibrated û at and above which a span is shown as likely wrong, chosen on dev
 for precision. û_seq maps without the span term (S and H₀ belong to a span).
+
+An answer read with sources in the backbone's input (`spanuq.context.render`) is another input
+again: ``grounded`` holds a mapping per answer source fitted on answers read with their sources,
+``{"generated": {...}, "given": {...}}``, each of the form of ``given``.  ``for_source(source,
+grounded=True)`` takes it when fitted; a probe without one scores such answers with its mapping
+without sources, and `Calibration.fitted_for` says so (the result's ``calibration_source``).
 """
 from __future__ import annotations
 
@@ -95,12 +101,18 @@ class Calibration:
     context: float = 0.0
     fact_spans: bool = False
     given: dict | None = field(default=None, hash=False, compare=True)
+    grounded: dict | None = field(default=None, hash=False, compare=True)
 
     def __post_init__(self) -> None:
         if not self.temperature > 0:
             raise ValueError(f"calibration temperature must be > 0, got {self.temperature}")
         if self.given is not None and not self.given.get("temperature", 1.0) > 0:
             raise ValueError(f"given-answer temperature must be > 0, got {self.given['temperature']}")
+        for source, g in (self.grounded or {}).items():
+            if source not in SOURCES:
+                raise ValueError(f"grounded calibration for an unknown answer source {source!r} (one of {SOURCES})")
+            if not g.get("temperature", 1.0) > 0:
+                raise ValueError(f"{source} with-sources temperature must be > 0, got {g['temperature']}")
 
     def scores(self, u_raw, span=None) -> np.ndarray:
         """Calibrated û of raw û (the identity at T = 1, b = 0, w = v = 0). ``span``: (S, H₀) of each
@@ -121,18 +133,31 @@ class Calibration:
         """Whether these scores need each span's surprisal and entropy (w or v ≠ 0)."""
         return self.surprisal != 0.0 or self.context != 0.0
 
-    def for_source(self, source: str) -> "Calibration":
+    def for_source(self, source: str, grounded: bool = False) -> "Calibration":
         """The calibration of answers of ``source``: ``generated`` (the backbone's own, this one) or
-        ``given`` (written elsewhere: the ``given`` mapping and flag when fitted, else this one)."""
+        ``given`` (written elsewhere: the ``given`` mapping and flag when fitted, else this one).
+        ``grounded``: the answer was read with sources in the input; the with-sources mapping of
+        ``source`` when fitted, else the one without (`fitted_for` says which)."""
         if source not in SOURCES:
             raise ValueError(f"answer source must be one of {SOURCES}, not {source!r}")
+        if grounded and (self.grounded or {}).get(source) is not None:
+            return self._mapped(self.grounded[source])
         if source == "generated" or self.given is None:
-            return self
-        g = self.given
+            return replace(self, grounded=None) if self.grounded is not None else self
+        return self._mapped(self.given)
+
+    def _mapped(self, g: dict) -> "Calibration":
         return replace(self, temperature=float(g.get("temperature", 1.0)), bias=float(g.get("bias", 0.0)),
                        flag=float(g.get("flag", self.flag)), margin=float(g.get("margin", self.margin)),
                        surprisal=float(g.get("surprisal", 0.0)), context=float(g.get("context", 0.0)),
-                       fact_spans=bool(g.get("fact_spans", False)), given=None)
+                       fact_spans=bool(g.get("fact_spans", False)), given=None, grounded=None)
+
+    def fitted_for(self, source: str, grounded: bool = False) -> str:
+        """Which mapping `for_source` takes, as results name it: ``generated`` / ``given``, with
+        ``+context`` when it was fitted on answers read with sources."""
+        if grounded and (self.grounded or {}).get(source) is not None:
+            return f"{source}+context"
+        return "given" if source == "given" and self.given is not None else "generated"
 
     def with_threshold(self, threshold: float | None) -> "Calibration":
         """This calibration with another validity threshold (None keeps it)."""
@@ -140,11 +165,13 @@ class Calibration:
 
     def raw(self) -> "Calibration":
         """This calibration without the û mapping: û as the probe gives it (for every source)."""
-        return replace(self, temperature=1.0, bias=0.0, surprisal=0.0, context=0.0, given=None)
+        return replace(self, temperature=1.0, bias=0.0, surprisal=0.0, context=0.0, given=None, grounded=None)
 
     def as_dict(self) -> dict:
         """What ``config.json`` stores; ``fact_spans`` only inside ``given`` (own answers are never split)."""
         d = asdict(self)
+        if d["grounded"] is None:
+            d.pop("grounded")  # a probe without with-sources calibration stores what it stored before
         if not d.pop("fact_spans"):
             return d
         return dict(d, fact_spans=True)
@@ -162,8 +189,11 @@ class Calibration:
                           "is ignored (given answers get the own-answer calibration); refit it with "
                           "`spanuq recalibrate --probe DIR`", stacklevel=2)
             given = None
-        return cls(**{k: _value(k, v) for k, v in d.items() if k not in ("given", "excess")},
-                   given=None if given is None else {k: _value(k, v) for k, v in given.items()})
+        grounded = d.get("grounded")
+        return cls(**{k: _value(k, v) for k, v in d.items() if k not in ("given", "excess", "grounded")},
+                   given=None if given is None else {k: _value(k, v) for k, v in given.items()},
+                   grounded=None if grounded is None else {
+                       source: {k: _value(k, v) for k, v in g.items()} for source, g in grounded.items()})
 
 
 def _value(key: str, v) -> float | bool:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import bm25s
 
 from ..pipeline.files import iter_jsonl, read_json, sha256_file, write_json
+from .passages import ContextError, Passage
 
 log = logging.getLogger(__name__)
 
@@ -24,26 +24,26 @@ INDEX_VERSION = 1
 STOPWORDS = "en"
 
 
-@dataclass(frozen=True)
-class Passage:
-    id: str
-    text: str
-    title: str | None = None
-
-    @property
-    def indexed_text(self) -> str:
-        return f"{self.title}. {self.text}" if self.title else self.text
-
-
 def read_corpus(path: str | Path) -> list[Passage]:
-    """Passages from a JSONL file; each line needs ``id`` and ``text``."""
+    """Passages from a JSONL file; each line a JSON object with ``id`` and ``text`` (a string).
+    Anything else raises `ContextError` naming the file and line."""
     out: list[Passage] = []
-    for n, d in enumerate(iter_jsonl(path), 1):
-        if "text" not in d or "id" not in d:
-            raise ValueError(f"{path}:{n}: a passage needs 'id' and 'text' (got keys {sorted(d)})")
-        out.append(Passage(str(d["id"]), str(d["text"]), d.get("title")))
+    try:
+        for n, d in enumerate(iter_jsonl(path), 1):
+            if not isinstance(d, dict) or "text" not in d or "id" not in d:
+                got = f"keys {sorted(d)}" if isinstance(d, dict) else f"a JSON {type(d).__name__}"
+                raise ContextError(f"{path}:{n}: a passage is a JSON object with 'id' and 'text' (got {got})")
+            if not isinstance(d["text"], str):
+                raise ContextError(f"{path}:{n}: a passage's 'text' must be a string")
+            out.append(Passage(str(d["id"]), d["text"], d.get("title")))
+    except UnicodeDecodeError:
+        raise ContextError(f"{path}: not a UTF-8 text file (a corpus is JSONL: one JSON object a line)") from None
+    except ContextError:
+        raise
+    except ValueError as e:  # iter_jsonl: a line that is not JSON
+        raise ContextError(f"{e} (a corpus is JSONL: one JSON object a line)") from None
     if not out:
-        raise ValueError(f"{path}: the corpus has no passages")
+        raise ContextError(f"{path}: the corpus has no passages")
     return out
 
 

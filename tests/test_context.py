@@ -1,0 +1,98 @@
+"""Sources (``context``): the checks on them, the one way they reach the backbone, windows past the
+budget, and the with-sources calibration a checkpoint may carry."""
+import json
+
+import pytest
+
+from spanuq.context.passages import ContextError, Passage, as_passages
+from spanuq.context.render import render, render_windows
+from spanuq.model.calibration import Calibration
+
+SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+QUESTION = [{"role": "user", "content": "When was the Eiffel Tower finished?"}]
+EIFFEL = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris. It was designed by "
+          "the company of Gustave Eiffel and finished in 1889 for the World's Fair.")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from spanuq.config import load_config
+    from spanuq.llm.loading import load_tokenizer
+
+    return load_tokenizer(load_config(None))
+
+
+def test_sources_are_numbered_in_the_system_message_before_the_question(tok):
+    passages = as_passages([EIFFEL, {"id": "wiki-42", "title": "Paris", "text": "Paris is the capital of France."}],
+                           10_000, 8)
+    r = render(tok, QUESTION, [(i, p, 0, len(p.text)) for i, p in enumerate(passages, 1)], SYSTEM)
+    system = r.chat[: r.chat.index("<|im_start|>user")]
+    assert SYSTEM in system and "Sources:\n[1] The Eiffel Tower" in system and "[2] Paris: Paris is the capital" in system
+    assert r.chat.index("Sources:") < r.chat.index("When was the Eiffel Tower finished?")
+    assert [(x.id, x.number, x.start, x.end) for x in r.read] == [("1", 1, 0, len(EIFFEL)), ("wiki-42", 2, 0, 31)]
+    for x, p in zip(r.read, passages):  # where each passage's characters are in the chat
+        assert r.chat[x.chat_start:x.chat_end] == p.text
+    assert r.n_tokens == len(tok(r.chat, add_special_tokens=False)["input_ids"])
+
+
+def test_sources_past_the_budget_are_read_in_windows_that_read_every_character(tok):
+    passages = [Passage(str(i), f"Fact {i}: " + EIFFEL) for i in range(6)] + [Passage("long", " ".join([EIFFEL] * 8))]
+    windows = render_windows(tok, QUESTION, passages, max_tokens=260, system_prompt=SYSTEM, max_windows=20)
+    assert len(windows) > 2 and all(w.n_tokens <= 260 for w in windows)
+    for p in passages:  # every character of every passage is read, once, in order
+        ranges = [(r.start, r.end) for w in windows for r in w.read if r.id == p.id]
+        assert ranges[0][0] == 0 and ranges[-1][1] == len(p.text)
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    long_pieces = [w.chat[r.chat_start:r.chat_end] for w in windows for r in w.read if r.id == "long"]
+    assert len(long_pieces) > 1 and "".join(long_pieces) == passages[-1].text
+    assert render_windows(tok, QUESTION, passages[:1], 260, SYSTEM)[0].read[0].end == len(passages[0].text)
+
+
+def test_sources_past_every_limit_are_refused_not_cut(tok):
+    passages = [Passage("big", " ".join([EIFFEL] * 30))]
+    with pytest.raises(ContextError, match="more than 2 windows") as e:
+        render_windows(tok, QUESTION, passages, max_tokens=300, system_prompt=SYSTEM, max_windows=2)
+    assert e.value.status == 413
+    with pytest.raises(ContextError, match="no room is left for sources"):
+        render_windows(tok, [{"role": "user", "content": EIFFEL * 3}], passages, 120, SYSTEM)
+
+
+@pytest.mark.parametrize("context, message", [
+    ([], "empty list"),
+    ("just a string", "must be a list"),
+    ([EIFFEL, 42], "passage 2 must be a string"),
+    ([{"text": None}], "passage 1 must be a string"),
+    (["  "], "passage 1 is empty"),
+    ([{"id": "a", "text": "x"}, {"id": "a", "text": "y"}], "unique; repeated: a"),
+    ([{"text": "x", "url": "http://"}], "unknown keys"),
+])
+def test_bad_context_is_a_clear_error(context, message):
+    with pytest.raises(ContextError, match=message):
+        as_passages(context, 10_000, 8)
+
+
+def test_context_over_the_character_or_passage_limit_is_413():
+    with pytest.raises(ContextError, match="limit is 100") as e:
+        as_passages(["x" * 101], 100, 8)
+    assert e.value.status == 413
+    with pytest.raises(ContextError, match="3 passages; the limit is 2"):
+        as_passages(["a", "b", "c"], 100, 2)
+
+
+def test_with_sources_calibration_is_taken_when_fitted_and_named():
+    grounded = {"generated": {"temperature": 2.0, "flag": 0.4}, "given": {"temperature": 0.5, "bias": 1.0, "flag": 0.6}}
+    cal = Calibration(temperature=1.5, given={"temperature": 3.0, "flag": 0.7}, grounded=grounded)
+    assert cal.for_source("given", grounded=True).temperature == 0.5
+    assert cal.for_source("given", grounded=True).flag == 0.6
+    assert cal.for_source("generated", grounded=True).temperature == 2.0
+    assert cal.for_source("given").temperature == 3.0 and cal.for_source("generated").temperature == 1.5
+    assert cal.fitted_for("given", grounded=True) == "given+context"
+    assert cal.fitted_for("given") == "given"
+    again = Calibration.from_dict(json.loads(json.dumps(cal.as_dict())))  # config.json round trip
+    assert again == cal and again.grounded == grounded
+    plain = Calibration(temperature=1.5, given={"temperature": 3.0})
+    assert "grounded" not in plain.as_dict()  # what a probe without it stored before
+    assert plain.for_source("given", grounded=True).temperature == 3.0  # no with-sources mapping: without
+    assert plain.fitted_for("given", grounded=True) == "given"
+    with pytest.raises(ValueError, match="unknown answer source"):
+        Calibration(grounded={"pasted": {}})
