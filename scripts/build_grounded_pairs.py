@@ -30,11 +30,15 @@ import argparse
 import json
 import re
 import sqlite3
+import sys
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from spanuq.bench.grounded import in_source  # noqa: E402  (the overlap control's notion of "in the source")
+
 OUT = {"bench": ROOT / "spanuq/bench/grounded", "train": ROOT / "spanuq/label/grounded"}
 DEMONYMS = ROOT / "spanuq/label/grounded/demonyms.tsv"
 KINDS = ("year", "number", "person", "place", "entity")
@@ -118,7 +122,8 @@ def pairs(tmpl: dict, els: list[dict], split: str) -> list[dict]:
                 if case == "a":
                     wrong = other[kind]
                 else:  # a value of the same kind from an element the source does not name
-                    wrong = next((o[kind] for o in third if o[kind] not in src and o[kind] != e[kind]), None)
+                    wrong = next((o[kind] for o in third if o[kind] not in src and not in_source(o[kind], [src])
+                                  and o[kind] != e[kind]), None)
                 if wrong is None:
                     continue
                 q, a = tmpl["questions"][kind]

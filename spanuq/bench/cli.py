@@ -4,6 +4,7 @@
     spanuq bench mushroom --split test --probe data/smollm2-135m/probe   # once per probe (--force to re-read)
     spanuq bench mushroom-prompts --data mushroom.en-train_nolabel.v1.jsonl --out train.jsonl --fold 0/2
     spanuq bench planted --probe shipped                          # a planted wrong fact vs the right one
+    spanuq bench grounded --probe shipped                         # a fact the sources contradict vs the one they state
 """
 from __future__ import annotations
 
@@ -55,7 +56,33 @@ def add_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
     pl.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
 
 
+    gr = sub.add_parser("grounded", help="pairs of answers that differ in one fact, read against sources: is the "
+                        "fact the sources contradict or do not state scored above the one they state? (beside string "
+                        "overlap, the backbone's surprisal given the sources, a tagger)")
+    add_config_args(gr)
+    gr.add_argument("--probe", default=None, metavar="DIR|URI|shipped",
+                    help="probe checkpoint folder, MLflow URI or `shipped`; default: as `spanuq score`")
+    gr.add_argument("--facts", default=None, metavar="FILE",
+                    help="your own pairs ({id, group, kind, case, prompt, context: [passage], answer, slot: [start, "
+                         "end], wrong} per line); default: the bundled spanuq/bench/grounded/pairs.jsonl")
+    gr.add_argument("--readings", default=None, help="comma-separated: context (the product's `context` input), "
+                    "pasted (the sources pasted above the question); default: both where the scorer takes context")
+    gr.add_argument("--name", default="grounded", help="output stem: data/<backbone>/bench/<name>.{json,md}")
+    gr.add_argument("--limit", type=int, default=None, help="only the first N pairs of each case (a quick look)")
+    gr.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    gr.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
+
+
 def run_bench(args, cfg) -> int:
+    if args.bench == "grounded":
+        from .grounded_run import markdown, run_grounded
+
+        readings = tuple(r for r in args.readings.split(",") if r) if args.readings else None
+        out = run_grounded(cfg, probe=args.probe, facts=args.facts, name=args.name, bootstrap=args.bootstrap,
+                           seed=args.seed, progress=not args.no_progress, limit=args.limit, readings=readings)
+        print(markdown(json.loads(out.read_text())), end="")
+        print(f"bench grounded: wrote {out} and {out.with_suffix('.md')}")
+        return 0
     if args.bench == "planted":
         from .planted_run import markdown, run_planted
 

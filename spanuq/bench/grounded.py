@@ -20,6 +20,7 @@ subjects with different wording.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -83,9 +84,12 @@ def pasted(prompt: str, context: tuple[str, ...] | list[str]) -> str:
     return "\n\n".join([*context, prompt])
 
 
+WORD = re.compile(r"\w+")
+
+
 def in_source(value: str, context: tuple[str, ...] | list[str]) -> float:
-    """The string-overlap control: the share of the value's words found in the sources (case-folded);
-    1 − this is its score for "likely wrong"."""
-    text = " ".join(context).casefold()
-    words = value.casefold().split()
-    return sum(w in text for w in words) / len(words) if words else 0.0
+    """The string-overlap control: the share of the value's words that are words of the sources
+    (case-folded, whole words: "1" is not in "1766"); 1 − this is its score for "likely wrong"."""
+    source = set(WORD.findall(" ".join(context).casefold()))
+    words = WORD.findall(value.casefold())
+    return sum(w in source for w in words) / len(words) if words else 0.0

@@ -56,9 +56,11 @@ def source_chat(uq, prompt: str, context: tuple[str, ...], reading: str) -> str:
     from ..llm.loading import chat_prompt
 
     if reading == "context":
-        from ..context.render import render_chat
+        from ..context.passages import Passage
+        from ..context.render import render
 
-        return render_chat(uq.tok, prompt, list(context), uq.system_prompt)
+        pieces = [(i, Passage(str(i), t), 0, len(t)) for i, t in enumerate(context, 1)]
+        return render(uq.tok, [{"role": "user", "content": prompt}], pieces, uq.system_prompt).chat
     return chat_prompt(uq.tok, pasted(prompt, context), uq.system_prompt)
 
 
@@ -179,6 +181,9 @@ def run_grounded(cfg: Config, probe: str | None = None, facts: str | Path | None
     from ..score.scorer import resolve_checkpoint
 
     readings = readings or (READINGS if takes_context() else ("pasted",))
+    bad = set(readings) - set(READINGS)
+    if bad or not readings:
+        raise ValueError(f"unknown readings {sorted(bad)}; choose from {', '.join(READINGS)}")
     if "context" in readings and not takes_context():
         raise ValueError("this scorer takes no `context`: read the sources pasted (readings=('pasted',))")
     pairs = read_pairs(facts or PAIRS)
