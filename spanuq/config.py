@@ -364,6 +364,14 @@ class ScoreConfig(_Section):
     max_response_chars: int = 100_000  # the service's hard limit; longer answers than the backbone's context are
     # read in chunked passes (llm/chunked.py), longer than the probe's training in windows (score/windows.py)
     window_tokens: int | None = None  # None: the probe's trained answer length (checkpoint, else generate.max_new_tokens)
+    # sources (`context`, docs/context.md): rendered into the system message (spanuq/context/render.py); a window of
+    # them holds at most context_tokens tokens with the conversation (None: the backbone's context less the answer's
+    # room); sources past one window are read in windows, past max_context_windows refused (413)
+    context_tokens: int | None = Field(default=None, gt=0)
+    max_context_windows: int = Field(default=4, ge=1)
+    max_context_chars: int = 200_000
+    max_context_passages: int = 64
+    context_top_k: int = Field(default=3, ge=1)  # passages `spanuq score --corpus` retrieves per prompt (BM25)
     batch_size: int = 8  # teacher-forced passes per batch in score_many
     # the languages of the probe's training answers: an answer clearly in another one is scored with a
     # warning in the result (spanuq.data.language: py3langid, >= 20 letters); [] or null: no check

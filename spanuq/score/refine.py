@@ -89,6 +89,8 @@ class RefineRequest(_Record):
     threshold: float | None = Field(default=None, description="û above this is acted on (default "
                                                               "score.refine_threshold, else the answer's "
                                                               "flag_threshold)")
+    context: list | None = Field(default=None, description="sources the answer is read against, as in POST /score "
+                                 "(docs/context.md); regenerated sentences are written with them in the input")
 
 
 class RefineResult(_Record):
@@ -194,8 +196,10 @@ def check_refine(mode: str, threshold: float | None) -> None:
 
 
 def refine(uq, prompt: str, response: str | None = None, mode: str = "regenerate",
-           threshold: float | None = None, answer_source: str | None = None) -> RefineResult:
-    """`SpanUQ.refine` (module docstring); ``answer_source`` as in `SpanUQ.score`.  Under a conformal
+           threshold: float | None = None, answer_source: str | None = None,
+           context: list | None = None) -> RefineResult:
+    """`SpanUQ.refine` (module docstring); ``answer_source`` and ``context`` as in `SpanUQ.score` (with sources,
+    every rewrite is scored against them and ``regenerate`` samples with them in the backbone's input).  Under a conformal
     threshold (``score.conformal_alpha``, docs/guarantees.md) and no explicit ``threshold``, the spans
     above it are acted on, and ``drop`` returns nothing when the guarantee holds the answer back as a whole."""
     s = uq.cfg.score
@@ -204,10 +208,10 @@ def refine(uq, prompt: str, response: str | None = None, mode: str = "regenerate
         threshold = 0.0 if g.threshold is None else min(1.0, max(0.0, g.threshold))
     threshold = s.refine_threshold if threshold is None else float(threshold)
     check_refine(mode, threshold)
-    uq.check(prompt, response)
+    uq.check(prompt, response, context)
     if response is not None and not response.strip():
         raise InputError("the response is empty: there is nothing to refine")
-    before = uq.score(prompt, response, answer_source)
+    before = uq.score(prompt, response, answer_source, context)
     if threshold is None:  # the answer's likely-wrong threshold: act on what is shown as likely wrong
         threshold = before.flag_threshold - 1e-9
     uncertain = [sp for sp in before.spans if sp.u > threshold]
@@ -220,8 +224,8 @@ def refine(uq, prompt: str, response: str | None = None, mode: str = "regenerate
         return RefineResult(answer=before.answer, after=before, spans=spans, generations=0, candidates_scored=0,
                             **common)
     if mode == "drop":
-        return _drop(uq, before, uncertain, common)
-    return _regenerate(uq, before, uncertain, common)
+        return _drop(uq, before, uncertain, common, context)
+    return _regenerate(uq, before, uncertain, common, context)
 
 
 def _span(sp, action: str, new_text: str | None, u_after: float | None) -> RefinedSpan:
@@ -236,14 +240,14 @@ def _after_u(after: ScoreResult | None, start: int, end: int) -> float | None:
     return max(us) if us else None
 
 
-def _drop(uq, before: ScoreResult, uncertain, common: dict) -> RefineResult:
+def _drop(uq, before: ScoreResult, uncertain, common: dict, context: list | None = None) -> RefineResult:
     answer = before.answer
     cut = sorted({_sentence(answer, sp.start) for sp in uncertain})
     edits = [(a, b, "") for a, b in cut]
     joined, _ = apply_edits(answer, edits)
     rebuilt = joined.strip()
     lead = len(joined) - len(joined.lstrip())  # characters stripped before the first kept one
-    after = uq.score(before.prompt, rebuilt) if rebuilt else None
+    after = uq.score(before.prompt, rebuilt, context=context) if rebuilt else None
     spans = []
     for sp in before.spans:
         if any(a <= sp.start < b for a, b in cut):
@@ -269,12 +273,22 @@ def _regions(answer: str, uncertain, limit: int) -> list[tuple[int, int]]:
     return out[:max(0, limit)]
 
 
-def _regenerate(uq, before: ScoreResult, uncertain, common: dict) -> RefineResult:
+def _regenerate(uq, before: ScoreResult, uncertain, common: dict, context: list | None = None) -> RefineResult:
     from ..llm.loading import chat_prompt
 
     s = uq.cfg.score
-    chat = chat_prompt(uq.tok, before.prompt, uq.system_prompt)
-    margin = s.refine_margin if s.refine_margin is not None else uq.calibration.for_source(before.answer_source).margin
+    if context is None:
+        chat = chat_prompt(uq.tok, before.prompt, uq.system_prompt)
+    elif before.context_windows > 1:
+        raise InputError(f"the sources need {before.context_windows} windows: regenerated sentences are written with "
+                         "all of them in the backbone's input, so they must fit in one; use mode flag or drop", 413)
+    else:
+        from .grounded import checked_passages, windows_for
+
+        chat = windows_for(uq.tok, [{"role": "user", "content": before.prompt}], checked_passages(context, s),
+                           uq.system_prompt, uq.max_context, s.refine_max_new_tokens + before.n_tokens, s)[0].chat
+    margin = s.refine_margin if s.refine_margin is not None else uq.calibration.for_source(
+        before.answer_source, context is not None).margin
     current, answer = before, before.answer
     edits: list[tuple[int, int, str]] = []  # in the original answer's characters
     generations = scored = 0
@@ -299,8 +313,8 @@ def _regenerate(uq, before: ScoreResult, uncertain, common: dict) -> RefineResul
                 pieces.append(piece)
                 texts.append(text)
                 whose.append(i)
-        results = uq.score_many([{"prompt": before.prompt, "response": t, "answer_source": before.answer_source}
-                                 for t in texts], progress=False, return_errors=True) if texts else []
+        results = uq.score_many([{"prompt": before.prompt, "response": t, "answer_source": before.answer_source,
+                                  "context": context} for t in texts], progress=False, return_errors=True) if texts else []
         scored += len(results)
         now = region_u(current, start, end)
         best, best_u = None, (1.0 if now is None else now) - margin

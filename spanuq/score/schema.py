@@ -36,6 +36,13 @@ class ScoredSpan(_Strict):
     u_raw: float = Field(ge=0, le=1, description="û before calibration")
     validity: float = Field(ge=0, le=1, description="probability that the query found a real span")
     nu: float = Field(gt=0, description="ν, the Mixture-of-Beta precision (higher = more certain of û)")
+    support: Literal["contradicted", "unsupported"] | None = Field(
+        default=None, description="scored with sources, a span at or above the likely-wrong threshold: `contradicted` "
+        "when the passage it was read against speaks of its sentence (shares its other content words), else "
+        "`unsupported`; null otherwise (docs/context.md)")
+    passage: str | None = Field(default=None, description="scored with sources: the id of the passage the span was "
+                                "read against (of the window that gave its û, the one sharing most words with its "
+                                "sentence); null without sources")
 
 
 class Timings(_Strict):
@@ -59,6 +66,24 @@ class ConformalDecision(_Strict):
     abstain: bool = Field(description="the answer is held back as a whole: û_seq is above the threshold (text outside "
                                       "the spans is not covered) or the answer is unverified")
     statement: str
+
+
+class ContextPassage(_Strict):
+    """One source as the result carries it (the passages given, or retrieved from ``--corpus``)."""
+
+    id: str
+    text: str
+    title: str | None = None
+
+
+class SourceRead(_Strict):
+    """Characters of one passage the backbone read, in one window of the sources (docs/context.md)."""
+
+    id: str = Field(description="the passage's id")
+    number: int = Field(ge=1, description="its number [n] in the backbone's input")
+    start: int = Field(ge=0, description="first character of the passage's text read")
+    end: int = Field(ge=0, description="one past the last")
+    window: int = Field(ge=0, description="the window of the sources that read them")
 
 
 class ScoreResult(_Strict):
@@ -85,9 +110,17 @@ class ScoreResult(_Strict):
     validity_threshold: float
     flag_threshold: float = Field(default=0.5, ge=0, le=1, description="a span with û at or above this is shown as "
                                   "likely wrong: chosen on held-out answers of this answer's source for precision")
-    calibration_source: Literal["generated", "given"] = Field(
+    calibration_source: Literal["generated", "given", "generated+context", "given+context"] = Field(
         default="generated", description="which calibration mapped û: `given` (fitted on answers the backbone did not "
-        "write) or `generated` (its own answers'; also for a given answer when the probe has no given-answer calibration)")
+        "write) or `generated` (its own answers'; also for a given answer when the probe has no given-answer "
+        "calibration); `+context` when fitted on answers read with their sources (without it, an answer scored with "
+        "sources is `unverified`: context_uncalibrated)")
+    context: list[ContextPassage] | None = Field(default=None, description="the sources the answer was read against; "
+                                                 "null when it was scored without sources")
+    context_read: list[SourceRead] = Field(default_factory=list, description="which characters of which passage the "
+                                           "backbone read, per window; every character of `context` is listed")
+    context_windows: int = Field(default=0, ge=0, description="windows the sources were read in (1 when they fit the "
+                                 "budget; a span's û is the lowest over windows, docs/context.md); 0 without sources")
     spans: list[ScoredSpan]
     status: Literal["scored", "unverified"] = Field(
         default="scored", description="scored: SpanUQ judged the answer; unverified: it could not (status_reasons), so "
@@ -132,6 +165,8 @@ class ScoreRequest(_Strict):
         default=None, description="who wrote `response`: `given` (default: another model or a person) or "
                                   "`generated` (this backbone, e.g. through a server that serves it); "
                                   "û is calibrated for each (ignored without a response)")
+    context: list | None = Field(default=None, description="sources to read the answer against: passages, each a "
+                                 "string or {text, id?, title?} (docs/context.md); omitted: scored without sources")
 
 
 class BatchRequest(_Strict):

@@ -9,6 +9,7 @@
     r = uq.score("Who was Marie Curie?")                 # the backbone answers, then the probe scores
     r = uq.score("Who was Marie Curie?", response="…")   # any answer, one teacher-forced pass
     r = uq.score("…", response="…", answer_source="generated")  # this backbone's answer, written elsewhere
+    r = uq.score("When was it finished?", response="…", context=["The tower was finished in 1889.", …])
     rs = uq.score_many([{"prompt": …, "response": …}, …])
 
 Which probe scores is `spanuq.score.source`; what it scores with (system prompt, decoding,
@@ -23,12 +24,16 @@ probe over all answers (windows of its trained length for longer ones), through 
 post-processing step every consumer uses (`spanuq.model.postprocess`): û calibrated with the
 checkpoint's temperature, the kept queries, spans grown to whole words as exact character
 offsets of the original string.
+
+With sources (``context``), step 1 renders them into the backbone's input (`spanuq.context.render`), in
+windows when they pass the budget; steps 2 and 3 read the answer after each window, and the windows'
+results are combined (`spanuq.score.grounded`: a span's û is its lowest over windows).
 """
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -40,6 +45,7 @@ from ..llm.chunked import extract_long
 from ..llm.loading import token_offsets
 from ..llm.states import FeatureItem, extract_batch, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
+from . import grounded
 from .facts import show_facts
 from ..model.postprocess import Answer, Prediction
 from ..model.unknown import knowledge_entropy
@@ -77,6 +83,9 @@ class Pending:
     backbone_s: float = 0.0
     chat_given: str | None = None  # the rendered conversation to read the answer after (`score_many`'s chats)
     probe_spans: list[tuple[int, int]] | None = None  # the probe's shown token spans, before facts were split out
+    passages: list | None = None  # the sources (`spanuq.context.passages.Passage`), None: scored without
+    windows: list = field(default_factory=list)  # the sources' windows (`RenderedChat`), the first one's chat is `chat`
+    window: int = 0  # which of them this item reads the answer after
 
 
 class SpanUQ:
@@ -165,9 +174,11 @@ class SpanUQ:
         self.close()
 
     # ---------------------------------------------------------------- checks
-    def check(self, prompt: str, response: str | None) -> None:
+    def check(self, prompt: str, response: str | None, context: list | None = None) -> None:
         """Raise `InputError` for what cannot be scored, before any model call."""
         check_input(prompt, response, self.cfg.score)
+        if context is not None:
+            grounded.checked_passages(context, self.cfg.score)
 
     def _chat(self, prompt: str) -> tuple[str, int]:
         from ..llm.loading import chat_prompt
@@ -273,20 +284,23 @@ class SpanUQ:
         return [[c.text for c in row] for row in out]
 
     def refine(self, prompt: str, response: str | None = None, mode: str = "regenerate",
-               threshold: float | None = None, answer_source: str | None = None):
+               threshold: float | None = None, answer_source: str | None = None, context: list | None = None):
         """Act on the spans whose û is above ``threshold`` (``score.refine_threshold``, else the answer's
         likely-wrong threshold): ``flag`` them, ``drop`` their sentences, or ``regenerate`` them
-        (`spanuq.score.refine`, docs/refine.md); ``answer_source`` as in `score`."""
+        (`spanuq.score.refine`, docs/refine.md); ``answer_source`` and ``context`` as in `score`."""
         from .refine import refine
 
-        return refine(self, prompt, response, mode, threshold, answer_source)
+        return refine(self, prompt, response, mode, threshold, answer_source, context)
 
     # ---------------------------------------------------------------- scoring
-    def score(self, prompt: str, response: str | None = None, answer_source: str | None = None) -> ScoreResult:
+    def score(self, prompt: str, response: str | None = None, answer_source: str | None = None,
+              context: list | None = None) -> ScoreResult:
         """Score ``response`` (any answer) or, without it, the backbone's own greedy answer.
         ``answer_source="generated"``: ``response`` is this backbone's own answer (generated elsewhere,
-        e.g. by a server that serves it), calibrated as one; default ``given``."""
-        out = self.score_many([ScoreRequest(prompt=prompt, response=response, answer_source=answer_source)],
+        e.g. by a server that serves it), calibrated as one; default ``given``.  ``context``: sources to
+        read the answer against (passages: strings or ``{"text", "id"?, "title"?}``; docs/context.md)."""
+        out = self.score_many([ScoreRequest(prompt=prompt, response=response, answer_source=answer_source,
+                                            context=context)],
                               progress=False, return_errors=True)[0]
         if isinstance(out, Exception):
             raise out
@@ -294,7 +308,8 @@ class SpanUQ:
 
     def score_many(self, items: Iterable[ScoreRequest | dict | str], progress: bool = True,
                    return_errors: bool = False, states: list[FeatureItem | None] | None = None,
-                   chats: list[str | None] | None = None) -> list[ScoreResult | InputError | GenerationError]:
+                   chats: list[str | list[dict] | None] | None = None
+                   ) -> list[ScoreResult | InputError | GenerationError]:
         """Score several items (prompt strings, ``{"prompt", "response"?}`` dicts or `ScoreRequest`s):
         answers are generated one by one, teacher-forced passes run in batches of
         ``score.batch_size``, the probe over all at once.  With ``return_errors`` an item
@@ -303,8 +318,10 @@ class SpanUQ:
         A batch's pass time is shared evenly by its items in their timings.  ``states``: per item,
         its answer's states when already captured (`score_stream`), used when their tokens are
         the answer's canonical tokens, so no teacher-forced pass runs for it.  ``chats``: per item, the
-        rendered conversation the answer is read after (the OpenAI endpoint's multi-turn messages,
-        `spanuq.score.openai.conversation`) instead of ``prompt`` under the system prompt.
+        conversation the answer is read after (the OpenAI endpoint's multi-turn messages,
+        `spanuq.score.openai.conversation`) instead of ``prompt`` under the system prompt: rendered (a string),
+        or its messages, rendered here with the item's ``context`` (`spanuq.context.render`).
+        An item with sources past the budget is read after each window of them and the results combined.
         An empty answer is not read at all: its result is ``unverified`` (`spanuq.score.status`)."""
         reqs = [ScoreRequest(prompt=x) if isinstance(x, str) else ScoreRequest.model_validate(x) for x in items]
         pending = [Pending(r, time.perf_counter(), chat_given=chats[i] if chats is not None else None)
@@ -321,11 +338,16 @@ class SpanUQ:
                 results[i] = e
                 bar.update(1)
         ready = [i for i, r in enumerate(results) if r is None]
-        self._read_states([pending[i] for i in ready if pending[i].states is None])  # 2. teacher-forced passes
+        units = [(i, w) for i in ready for w in self._window_items(pending[i])]  # one per window of sources
+        self._read_states([w for _, w in units if w.states is None])  # 2. teacher-forced passes
         if ready:  # 3. the probe
-            preds, probe_s = self._probe([pending[i] for i in ready])
-            for i, (pred, failed) in zip(ready, preds):
-                results[i] = self._result(pending[i], pred, failed, probe_s)
+            preds, probe_s = self._probe([w for _, w in units])
+            per: dict[int, list[ScoreResult]] = {}
+            for (i, w), (pred, failed) in zip(units, preds):
+                per.setdefault(i, []).append(self._result(w, pred, failed, probe_s))
+            for i in ready:
+                results[i] = per[i][0] if pending[i].passages is None else grounded.read_against(
+                    *grounded.combine(per[i]))
                 bar.update(1)
         bar.close()
         if not return_errors:
@@ -339,12 +361,26 @@ class SpanUQ:
         ``captured`` states when they were read on exactly these tokens."""
         item.t_start = time.perf_counter()
         r = item.request
-        self.check(r.prompt, r.response)
-        if item.chat_given is not None:
+        self.check(r.prompt, r.response)  # the context is checked next
+        if r.context is not None:
+            item.passages = grounded.checked_passages(r.context, self.cfg.score)
+            if r.response is not None and r.response.strip():
+                item.ids, item.offsets = token_offsets(self.tok, r.response)
+            self._windows(item, len(item.ids) + 1 if r.response is not None else self.cfg.score.max_new_tokens)
+        elif isinstance(item.chat_given, str):
             item.chat, item.n_prompt = item.chat_given, len(self.tok(item.chat_given, add_special_tokens=False)["input_ids"])
+        elif item.chat_given is not None:
+            from ..context.render import apply_template, count_tokens
+
+            item.chat = apply_template(self.tok, item.chat_given)
+            item.n_prompt = count_tokens(self.tok, item.chat)
         else:
             item.chat, item.n_prompt = self._chat(r.prompt)
         if r.response is None:
+            if len(item.windows) > 1:
+                raise InputError(f"the sources need {len(item.windows)} windows: the backbone answers with all of them "
+                                 "in its input, so they must fit in one (score.context_tokens); give a response to "
+                                 "score it against every window", 413)
             self._generate(item)
         else:
             self._check_context(item.n_prompt, 2 * self.window, "the response")  # room for chunks of it
@@ -352,9 +388,24 @@ class SpanUQ:
             item.source = r.answer_source or "given"
         if not item.answer.strip():
             return  # nothing to tokenise or read: the result says the answer is empty
-        item.ids, item.offsets = token_offsets(self.tok, item.answer)
+        if not item.ids:
+            item.ids, item.offsets = token_offsets(self.tok, item.answer)
         if captured is not None and captured.token_ids.tolist() == item.ids:
             item.states = captured
+
+    def _windows(self, item: Pending, answer_room: int) -> None:
+        """The windows of the item's sources (`spanuq.context.render`) after its conversation."""
+        messages = item.chat_given if isinstance(item.chat_given, list) else [
+            {"role": "user", "content": item.request.prompt}]
+        item.windows = grounded.windows_for(self.tok, messages, item.passages, self.system_prompt, self.max_context,
+                                            answer_room, self.cfg.score)
+        item.chat, item.n_prompt = item.windows[0].chat, item.windows[0].n_tokens
+
+    @staticmethod
+    def _window_items(item: Pending) -> list[Pending]:
+        """The item read after each window of its sources (itself for the first; one item without sources)."""
+        return [item] + [replace(item, chat=w.chat, n_prompt=w.n_tokens, states=None, window=k)
+                         for k, w in enumerate(item.windows[1:], 1)]
 
     def _generate(self, item: Pending) -> None:
         """The backbone's greedy answer: llama.cpp, or transformers with its states captured as it goes."""
@@ -397,9 +448,9 @@ class SpanUQ:
         None, the windows left out) per answer and each item's share of the time."""
         t0 = time.perf_counter()
         preds: list = [None] * len(items)
-        for source in sorted({it.source for it in items}):
-            idx = [k for k, it in enumerate(items) if it.source == source]
-            cal = self.calibration.for_source(source)
+        for source, with_context in sorted({(it.source, it.passages is not None) for it in items}):
+            idx = [k for k, it in enumerate(items) if (it.source, it.passages is not None) == (source, with_context)]
+            cal = self.calibration.for_source(source, grounded=with_context)
             out = predict_readable(self.probe, [items[k].states for k in idx], cal,
                                    [self._answer(items[k]) for k in idx], window=self.window,
                                    batch_size=max(32, len(idx)), device=next(self.probe.parameters()).device)
@@ -418,15 +469,16 @@ class SpanUQ:
                           st.entropy.float().numpy(), cal, self.cfg.label.spacy_model)
 
     def score_stream(self, prompt: str, *, every: int | None = None, at_clauses: bool | None = None,
-                     generator: str | None = None, cancel=None) -> Iterator[StreamUpdate]:
+                     generator: str | None = None, cancel=None, context: list | None = None) -> Iterator[StreamUpdate]:
         """Score the backbone's answer while it is generated: yields a `StreamUpdate` every ``every``
         tokens (default ``score.stream_every``) and at each clause end (``score.stream_at_clauses``),
-        the last one (``done``) equal to ``score(prompt, response=answer)``.
+        the last one (``done``) equal to ``score(prompt, response=answer, context=context)``.
         ``generator``: ``hf`` or ``llamacpp`` (default: as `score`); ``cancel``: a `threading.Event`
-        that stops the generation (`spanuq.score.stream`)."""
+        that stops the generation (`spanuq.score.stream`); ``context``: sources, as in `score`."""
         every = self.cfg.score.stream_every if every is None else every
         at_clauses = self.cfg.score.stream_at_clauses if at_clauses is None else at_clauses
-        return score_stream(self, prompt, every=every, at_clauses=at_clauses, generator=generator, cancel=cancel)
+        return score_stream(self, prompt, every=every, at_clauses=at_clauses, generator=generator, cancel=cancel,
+                            context=context)
 
     @staticmethod
     def _answer(item: Pending) -> Answer | None:
@@ -439,6 +491,8 @@ class SpanUQ:
         spans the probe showed (before facts were split out of them, as the threshold was fitted) and
         the probe's threshold for it (`spanuq.model.unknown`); nothing for its own answers."""
         tau = (self.calibration.given or {}).get("unknown_entropy")
+        if item.passages is not None:  # read with sources: the backbone need not know the subject
+            return {"calibration": self.calibration.fitted_for(item.source, grounded=True)}
         if item.source != "given" or tau is None or item.states is None:
             return {}
         shown = item.probe_spans if item.probe_spans is not None else [(s.b, s.e) for s in spans]
@@ -476,8 +530,11 @@ class SpanUQ:
                            backbone=self.backbone_name, probe=self.probe_source, generator=item.generator,
                            n_tokens=len(item.ids), truncated=item.truncated, u_seq=u_seq,
                            validity_threshold=self.threshold, spans=spans,
-                           flag_threshold=self.calibration.for_source(item.source).flag, status=status_of(reasons),
-                           calibration_source="given" if item.source == "given" and self.calibration.given else "generated",
+                           flag_threshold=self.calibration.for_source(item.source, item.passages is not None).flag,
+                           status=status_of(reasons),
+                           calibration_source=self.calibration.fitted_for(item.source, item.passages is not None),
+                           **({} if item.passages is None else
+                              grounded.context_fields(item.passages, item.windows[item.window], item.window)),
                            status_reasons=reasons, warnings=[r.message for r in reasons], conformal=conformal,
                            windows=n_windows,
                            timings=Timings(generate_s=None if item.generate_s is None else round(item.generate_s, 4),

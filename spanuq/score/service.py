@@ -169,7 +169,7 @@ def _score_routes(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreCo
     async def score(request: Request):
         req = await body(request, ScoreRequest)
         try:
-            uq.check(req.prompt, req.response)  # cheap limits here, before the queue (the worker checks again)
+            uq.check(req.prompt, req.response, req.context)  # cheap limits here, before the queue (the worker checks again)
         except InputError as e:
             raise HTTPError(e.status, str(e)) from None
         out = (await _run(worker.submit([req])))[0]
@@ -200,14 +200,14 @@ def _stream_route(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreCo
             raise HTTPError(422, "a stream scores the backbone's own answer as it is generated; "
                                  "POST /score scores a given response")
         try:
-            uq.check(req.prompt, None)
+            uq.check(req.prompt, None, req.context)
             uq._check_context(uq._chat(req.prompt)[1], uq.cfg.score.max_new_tokens, "generation")
         except InputError as e:
             raise HTTPError(e.status, str(e)) from None
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
         emit = loop_emitter(loop, events, lambda: job.cancel.set())
 
-        job = StreamJob(req.prompt, emit)
+        job = StreamJob(req.prompt, emit, context=req.context)
         worker.submit_stream(job)
         return StreamingResponse(_sse(events, job, html), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -237,11 +237,11 @@ def _refine_and_render_routes(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, s
         req = _validate(RefineRequest, await _json_body(request, scfg.max_body_bytes, scfg.body_timeout_s))
         try:
             check_refine(req.mode, uq.cfg.score.refine_threshold if req.threshold is None else req.threshold)
-            uq.check(req.prompt, req.response)
+            uq.check(req.prompt, req.response, req.context)
         except InputError as e:
             raise HTTPError(e.status, str(e)) from None
         out = await _run(worker.call(lambda m: m.refine(req.prompt, req.response, mode=req.mode,
-                                                        threshold=req.threshold)))
+                                                        threshold=req.threshold, context=req.context)))
         return JSONResponse(out.model_dump(mode="json"))
 
     @app.post("/render", openapi_extra=_openapi(ScoreResult), responses={400: {}, 408: {}, 413: {}, 422: {}})
@@ -267,6 +267,8 @@ def _info_routes(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreCon
                     "max_body_bytes": scfg.max_body_bytes, "body_timeout_s": scfg.body_timeout_s,
                     "max_prompt_chars": uq.cfg.score.max_prompt_chars,
                     "max_response_chars": uq.cfg.score.max_response_chars, "max_batch_items": scfg.max_batch_items,
+                    "max_context_chars": uq.cfg.score.max_context_chars,
+                    "max_context_windows": uq.cfg.score.max_context_windows,
                     "context_tokens": uq.max_context}}
 
     @app.get("/", response_class=HTMLResponse)

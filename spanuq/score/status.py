@@ -18,8 +18,13 @@ could not judge is never shown as free of doubt.  The reasons (``StatusReason.co
   predictions before its claims, `spanuq.model.unknown`): the probe cannot tell a right fact
   from a wrong one there;
 * ``probe_backbone_mismatch`` — the states were read by another backbone than the probe's,
-  or (``spanuq serve --upstream``) the answer was written by a model that is not the
-  probe's backbone: the probe's scores are about its own backbone's answers.
+  or (``spanuq serve --upstream URL --upstream-model ID``) the operator declared that the
+  upstream serves the probe's backbone and its reply says otherwise (another model id, another
+  tokenizer's token count).  An undeclared upstream may be **any** model: its answer is a given
+  answer, read by the probe's backbone and calibrated as one, so who wrote it is no reason;
+* ``context_uncalibrated`` — the answer was read with sources (``context``) by a probe that has
+  no calibration fitted on answers read with sources: its û is mapped by the calibration
+  without them, so what it says there is untested (`Calibration.fitted_for`).
 
 Each reason is one rule: a function of a `StatusCheck` (what is known about the scoring of
 one answer) that returns a `StatusReason` or None.  `RULES` holds them in order; a new reason
@@ -136,25 +141,31 @@ def probe_backbone_mismatch(c: StatusCheck) -> StatusReason | None:
                             message=f"the probe was trained on {c.probe_backbone}'s hidden states; they were read "
                                     f"with {c.backbone}")
     a = c.answered_by
-    if a is None:
+    if a is None or a.declared is None:  # any model's answer is a given answer (module docstring)
         return None
-    if a.declared is not None:
-        if a.model != a.declared:
-            return StatusReason(code="probe_backbone_mismatch",
-                                message=f"the upstream answered with model {a.model!r}, not {a.declared!r}, the model "
-                                        f"declared to serve {c.backbone} (--upstream-model): this probe judges "
-                                        f"{c.backbone}'s answers")
-    elif not same_backbone(a.model, c.backbone):
+    if a.model != a.declared:
         return StatusReason(code="probe_backbone_mismatch",
-                            message=f"the upstream answered with model {a.model!r}, which is not known to be "
-                                    f"{c.backbone}, the backbone this probe judges; if it is, say so with "
-                                    f"`spanuq serve --upstream-model {a.model}`")
+                            message=f"the upstream answered with model {a.model!r}, not {a.declared!r}, the model "
+                                    f"declared to serve {c.backbone} (--upstream-model)")
     if a.completion_tokens is not None and c.n_tokens and not tokens_agree(a.completion_tokens, c.n_tokens):
         return StatusReason(code="probe_backbone_mismatch",
                             message=f"the upstream counted {a.completion_tokens} tokens in the answer, {c.backbone}'s "
                                     f"tokenizer {c.n_tokens}: the answer was written by a model with another "
                                     "tokenizer, not the probe's backbone")
     return None
+
+
+@rule
+def context_uncalibrated(c: StatusCheck) -> StatusReason | None:
+    """An answer read with sources by a probe without a with-sources calibration (``extra["calibration"]``:
+    which calibration mapped û, `Calibration.fitted_for`; absent without sources)."""
+    cal = c.extra.get("calibration")
+    if cal is None or cal.endswith("+context"):
+        return None
+    return StatusReason(code="context_uncalibrated",
+                        message=f"this probe has no calibration fitted on answers read with sources: their û is "
+                                f"mapped by its `{cal}` calibration (without sources), so what it says here is "
+                                "untested; a probe trained on grounded data carries one")
 
 
 @rule

@@ -98,12 +98,14 @@ def _scorable(uq, cap: StateCapture, text: str) -> tuple[str, int]:
     return "", 0
 
 
-def _score(uq, prompt: str, answer: str, cap: StateCapture | None, n: int, generator: str | None, chat: str,
-           source: str = "generated") -> ScoreResult:
+def _score(uq, prompt: str, answer: str, cap: StateCapture | None, n: int, generator: str | None, chat,
+           source: str = "generated", context: list | None = None) -> ScoreResult:
     """The answer so far scored as `score` scores it (calibrated for its ``source``), said to be the
-    backbone's (``generator``'s), or (``source="given"``) an upstream server's."""
-    out = uq.score_many([ScoreRequest(prompt=prompt, response=answer, answer_source=source)], progress=False,
-                        return_errors=True, states=[cap.item(n)] if cap is not None else None, chats=[chat])[0]
+    backbone's (``generator``'s), or (``source="given"``) an upstream server's; ``chat``: the rendered
+    conversation, or (with ``context``) its messages, rendered with the sources as `score` renders them."""
+    out = uq.score_many([ScoreRequest(prompt=prompt, response=answer, answer_source=source, context=context)],
+                        progress=False, return_errors=True, states=[cap.item(n)] if cap is not None else None,
+                        chats=[chat])[0]
     if isinstance(out, Exception):
         raise out
     return out.model_copy(update={"generator": generator if source == "generated" else None})
@@ -111,22 +113,37 @@ def _score(uq, prompt: str, answer: str, cap: StateCapture | None, n: int, gener
 
 def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, generator: str | None = None,
                  cancel=None, chat: str | None = None, text=None, stop: list[str] | None = None,
-                 max_new_tokens: int | None = None, answer_source: str = "generated") -> Iterator[StreamUpdate]:
+                 max_new_tokens: int | None = None, answer_source: str = "generated", context: list | None = None,
+                 messages: list[dict] | None = None) -> Iterator[StreamUpdate]:
     """See the module docstring.  ``uq``: the `SpanUQ` (its backbone, probe and checks; scorer.py imports
     this module, not the other way round); ``cancel`` (a `threading.Event`) stops the generation at the next token.
     The OpenAI endpoint (`spanuq.score.openai`) streams other answers the same way: ``chat``, the rendered
     conversation (default: ``prompt`` under the system prompt); ``text``, a function of the capture giving
     ``(text so far, finish_reason or None)`` pairs (default: the backbone's greedy answer); ``stop``, the
     stop strings the final answer is cut at (default ``generate.stop``); ``max_new_tokens`` (default
-    ``score.max_new_tokens``); ``answer_source`` ``given`` when another server writes the answer."""
+    ``score.max_new_tokens``); ``answer_source`` ``given`` when another server writes the answer.
+    ``context``: sources, rendered after ``messages`` (default: ``prompt`` as the user's turn) as `score`
+    renders them (`spanuq.context.render`); they must fit in one window, the one the answer is written in."""
     if every < 1:
         raise ValueError(f"every={every}: re-score every k >= 1 tokens")
     uq.check(prompt, None)
-    if chat is None:
+    max_new = uq.cfg.score.max_new_tokens if max_new_tokens is None else max_new_tokens
+    scored_chat = chat
+    if context is not None:
+        from . import grounded
+
+        messages = messages or [{"role": "user", "content": prompt}]
+        windows = grounded.windows_for(uq.tok, messages, grounded.checked_passages(context, uq.cfg.score),
+                                       uq.system_prompt, uq.max_context, max_new, uq.cfg.score)
+        if len(windows) > 1:
+            raise InputError(f"the sources need {len(windows)} windows: a streamed answer is written with all of them "
+                             "in the backbone's input, so they must fit in one (score.context_tokens)", 413)
+        chat, n_prompt, scored_chat = windows[0].chat, windows[0].n_tokens, messages
+    elif chat is None:
         chat, n_prompt = uq._chat(prompt)
+        scored_chat = chat
     else:
         n_prompt = len(uq.tok(chat, add_special_tokens=False)["input_ids"])
-    max_new = uq.cfg.score.max_new_tokens if max_new_tokens is None else max_new_tokens
     stop = uq.cfg.generate.stop if stop is None else stop
     uq._check_context(n_prompt, max_new, "generation")
     gen = generator or uq._resolve_generator()
@@ -180,14 +197,14 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
             prefix, n = _scorable(uq, cap, answer)
             if n:
                 scored_n = n_gen
-                yield update(_score(uq, prompt, prefix, cap, n, gen, chat, answer_source), False, t1)
+                yield update(_score(uq, prompt, prefix, cap, n, gen, scored_chat, answer_source, context), False, t1)
     finally:
         source.close()
     gen_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     answer = cut_at_stop(text, stop)[0].strip()
     if not answer:  # nothing to judge: the result says so (status unverified, empty_answer)
-        result = _score(uq, prompt, "", None, 0, gen, chat, answer_source)
+        result = _score(uq, prompt, "", None, 0, gen, scored_chat, answer_source, context)
         result = result.model_copy(update={"truncated": finish == "length", "timings": Timings(
             generate_s=round(gen_s, 4), backbone_s=0.0, probe_s=0.0, total_s=round(time.perf_counter() - t0, 4))})
         yield update(result, True, t1)
@@ -198,7 +215,7 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
     # the backbone's time beyond generation: the server path's whole capture, the hf path's re-read tokens
     backbone_s = cap.seconds if gen == "llamacpp" else cap.seconds - read_s
     n_gen = max(n_gen, len(cap.ids))
-    result = _score(uq, prompt, answer, cap, len(ids), gen, chat, answer_source)
+    result = _score(uq, prompt, answer, cap, len(ids), gen, scored_chat, answer_source, context)
     result = result.model_copy(update={
         "truncated": finish == "length",
         "timings": Timings(generate_s=round(gen_s, 4), backbone_s=round(backbone_s, 4), probe_s=result.timings.probe_s,

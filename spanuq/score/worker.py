@@ -134,8 +134,8 @@ class StreamJob:
     """One streamed answer: the worker runs `SpanUQ.score_stream` and hands each update (then an
     error, if any, then None) to ``emit``; ``cancel`` (set when the client leaves) stops it."""
 
-    def __init__(self, prompt: str, emit, cancel: threading.Event | None = None):
-        self.prompt, self.emit = prompt, emit
+    def __init__(self, prompt: str, emit, cancel: threading.Event | None = None, context: list | None = None):
+        self.prompt, self.emit, self.context = prompt, emit, context
         self.cancel = cancel or threading.Event()
 
     def run(self, uq) -> str:
@@ -143,7 +143,7 @@ class StreamJob:
         outcome = "cancelled"
         try:
             if not self.cancel.is_set():  # nobody is left to read it when the client left while it waited
-                for update in uq.score_stream(self.prompt, cancel=self.cancel):
+                for update in uq.score_stream(self.prompt, cancel=self.cancel, context=self.context):
                     self.emit(update)
                     if update.done:
                         outcome = "done"
