@@ -109,12 +109,14 @@ def test_bench_grounded_end_to_end_on_the_real_backbone(make_cfg, probe_dir):
     from spanuq.bench.grounded_run import run_grounded
 
     cfg = make_cfg()
-    out = run_grounded(cfg, probe=str(probe_dir), limit=2, bootstrap=20, progress=False, readings=("pasted",))
+    out = run_grounded(cfg, probe=str(probe_dir), limit=1, bootstrap=20, progress=False)
     rec = json.loads(out.read_text())
-    assert rec["summary"]["pairs"] == len(rec["items"]) == 8 and not rec["summary"]["errors"]
+    assert rec["readings"] == ["context", "pasted"]  # the product's `context` input, and pasted as before
+    assert rec["summary"]["pairs"] == len(rec["items"]) == 19 and not rec["summary"]["errors"]
     first = rec["items"][0]
     assert first["correct"]["surprisal_source"] > 0 and first["correct"]["surprisal_none"] > 0
-    assert {"pasted", "overlap", "tagger"} <= set(first["planted"])
+    assert {"context", "pasted", "overlap", "tagger"} <= set(first["planted"])
+    assert first["correct"]["context_detail"]["status"] == "unverified"  # a random probe has no with-sources mapping
     cells = {(r["case"], r["kind"]) for r in rec["summary"]["table"]}
     assert {("a", "all"), ("d", "all"), ("a–c", "all")} <= cells
     assert out.with_suffix(".md").read_text().startswith("# Grounded pairs")

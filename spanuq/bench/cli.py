@@ -68,7 +68,7 @@ def add_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
     gr.add_argument("--readings", default=None, help="comma-separated: context (the product's `context` input), "
                     "pasted (the sources pasted above the question); default: both where the scorer takes context")
     gr.add_argument("--name", default="grounded", help="output stem: data/<backbone>/bench/<name>.{json,md}")
-    gr.add_argument("--limit", type=int, default=None, help="only the first N pairs of each case (a quick look)")
+    gr.add_argument("--limit", type=int, default=None, help="only the pairs of the first N subjects (a quick look)")
     gr.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     gr.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
 

@@ -174,7 +174,7 @@ def run_grounded(cfg: Config, probe: str | None = None, facts: str | Path | None
                  readings: tuple[str, ...] | None = None) -> Path:
     """Read the pairs, score them under each reading and every control, write the table; returns the
     JSON file. ``readings``: default ``context`` and ``pasted`` where the scorer takes ``context``,
-    else ``pasted`` alone. ``limit``: the first N pairs of each case (a quick look)."""
+    else ``pasted`` alone. ``limit``: the pairs of the first N subjects only (a quick look)."""
     from .. import SpanUQ
     from ..label.units import load_spacy
     from ..model.checkpoint import calibration_sha256
@@ -188,7 +188,8 @@ def run_grounded(cfg: Config, probe: str | None = None, facts: str | Path | None
         raise ValueError("this scorer takes no `context`: read the sources pasted (readings=('pasted',))")
     pairs = read_pairs(facts or PAIRS)
     if limit is not None:
-        pairs = [p for c in CASES for p in [q for q in pairs if q.case == c][:limit]]
+        subjects = set(list(dict.fromkeys(p.group for p in pairs))[:limit])
+        pairs = [p for p in pairs if p.group in subjects]
     ckpt = resolve_checkpoint(probe, cfg)
     backbone = (read_json(ckpt / "config.json").get("extra") or {}).get("backbone") or cfg.backbone.name
     nlp = load_spacy(cfg.label.spacy_model)

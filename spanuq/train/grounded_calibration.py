@@ -72,9 +72,14 @@ def scored(params: dict, readings: list[SlotReading]) -> np.ndarray:
 
 
 def evaluate(params: dict, readings: list[SlotReading]) -> dict:
-    """On ``readings``: log-loss of covered slots, pair accuracy by case (planted above correct, ties
-    0.5), right facts at û ≥ 0.5 where the source states them (a–c) and where it is silent (d)."""
-    s = scored(params, readings)
+    """`measure` of the mapping ``params`` on ``readings``."""
+    return measure(readings, scored(params, readings))
+
+
+def measure(readings: list[SlotReading], s: np.ndarray) -> dict:
+    """Of scores ``s`` of ``readings``: log-loss of covered slots, pair accuracy by case (planted above
+    correct, ties 0.5), right facts at û ≥ 0.5 where the source states them (a–c) and where it is
+    silent (d)."""
     y = np.array([x.label for x in readings])
     cov = np.array([x.covered for x in readings])
     p = np.clip(s[cov], 1e-6, 1 - 1e-6)
