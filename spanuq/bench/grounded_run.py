@@ -21,7 +21,9 @@ subjects (the pairs of one ``group`` are resampled together). Also: the share of
 at û ≥ 0.5 where the source states them (cases a–c: should be low) and where it is silent (case
 d: unsupported, should be high).
 
-Writes ``data/<backbone>/bench/grounded.{json,md}`` (``--name`` changes the stem).
+Writes ``data/<backbone>/bench/grounded.{json,md}`` (``--name`` changes the stem); each twin's
+readings are kept beside it by content (``grounded-cache.jsonl``), so a run that stopped, or a
+second run with another reading, reads only what is new.
 """
 from __future__ import annotations
 
@@ -31,10 +33,11 @@ from pathlib import Path
 import numpy as np
 
 from ..config import Config
-from ..pipeline.files import read_json, sha256_file, write_json
+from ..pipeline.cache import content_hash
+from ..pipeline.files import iter_jsonl, read_json, sha256_file, write_json, write_jsonl
 from .grounded import CASE_NAMES, CASES, KINDS, PAIRS, GroundedPair, in_source, pasted, read_pairs
 from .metrics import mean_ci
-from .planted_run import COVER_IOU, fmt, outcome, slot_nll, slot_score, slot_surprisal, tagged
+from .planted_run import COVER_IOU, fmt, outcome, slot_nll, slot_score, tagged
 
 READINGS = ("context", "pasted")  # the product with `context`; the sources pasted into the prompt
 CONTROLS = ("overlap", "surprisal_source", "surprisal_none", "tagger")
@@ -78,33 +81,76 @@ def requests(pairs: list[GroundedPair], reading: str) -> list[tuple[tuple, dict]
     return out
 
 
-def score_reading(uq, pairs: list[GroundedPair], reading: str, progress: bool) -> list[dict | str]:
+class Cache:
+    """Per-twin results of a run, kept by content (what was read, by which probe and mapping), so an
+    interrupted or partial run (``readings=("pasted",)`` first, ``context`` later) reads nothing twice.
+    Errors are never kept."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.have = {x["key"]: x["value"] for x in iter_jsonl(path)} if path is not None and path.exists() else {}
+
+    def values(self, keys: list[str], compute) -> list:
+        """The value of each key: kept ones as kept, the others from ``compute(indices)`` (then kept)."""
+        todo = [i for i, k in enumerate(keys) if k not in self.have]
+        if todo:
+            new = dict(zip(todo, compute(todo)))
+            self.have.update({keys[i]: v for i, v in new.items() if not isinstance(v, str)})
+            if self.path is not None:
+                write_jsonl(self.path, [{"key": k, "value": v} for k, v in self.have.items()])
+            return [new[i] if i in new else self.have[k] for i, k in enumerate(keys)]
+        return [self.have[k] for k in keys]
+
+
+def score_reading(uq, pairs: list[GroundedPair], reading: str, progress: bool, cache: Cache) -> list[dict | str]:
     """Per twin (correct, planted of each pair): its slot score, the slot's cover and û_seq under
     ``reading``, or the error text."""
     reqs = requests(pairs, reading)
-    distinct = dict(reqs)
-    res = dict(zip(distinct, uq.score_many(list(distinct.values()), progress=progress, return_errors=True)))
-    out = []
     twins = [t for p in pairs for t in (p.correct, p.planted)]
-    for (key, _), t in zip(reqs, twins):
-        r = res[key]
-        if isinstance(r, Exception):
-            out.append(f"{reading}: {r}")
-            continue
-        u, iou = slot_score(r, t.slot)
-        out.append({"u": u, "iou": iou, "covered": iou >= COVER_IOU, "u_seq": float(r.u_seq) if r.u_seq is not None
-                    else None, "status": r.status, "flag": r.flag_threshold})
-    return out
+    mapping = uq.calibration.for_source("given", grounded=reading == "context").as_dict()
+    keys = [content_hash({"reading": reading, "probe": uq.probe_source, "calibration": mapping,
+                          "system": uq.system_prompt, "request": req, "slot": list(t.slot)})
+            for (_, req), t in zip(reqs, twins)]
+
+    def compute(todo: list[int]) -> list:
+        distinct = dict(reqs[i] for i in todo)
+        res = dict(zip(distinct, uq.score_many(list(distinct.values()), progress=progress, return_errors=True)))
+        out = []
+        for i in todo:
+            r = res[reqs[i][0]]
+            if isinstance(r, Exception):
+                out.append(f"{reading}: {r}")
+                continue
+            u, iou = slot_score(r, twins[i].slot)
+            out.append({"u": u, "iou": iou, "covered": iou >= COVER_IOU, "status": r.status, "flag": r.flag_threshold,
+                        "u_seq": float(r.u_seq) if r.u_seq is not None else None})
+        return out
+
+    return cache.values(keys, compute)
 
 
-def score_pairs(uq, pairs: list[GroundedPair], nlp, readings: tuple[str, ...], progress: bool) -> list[dict]:
-    """Every reading's and control's score of both twins of every pair."""
+def slot_nll_cached(uq, contexts: list[str], twins: list, cache: Cache) -> list[tuple[float, float]]:
+    keys = [content_hash({"nll": uq.backbone_name, "context": c, "text": t.text, "slot": list(t.slot)})
+            for c, t in zip(contexts, twins)]
+    return cache.values(keys, lambda todo: [list(x) for x in slot_nll(uq, [contexts[i] for i in todo],
+                                                                      [twins[i] for i in todo])])
+
+
+def score_pairs(uq, pairs: list[GroundedPair], nlp, readings: tuple[str, ...], progress: bool,
+                cache: Cache | None = None) -> list[dict]:
+    """Every reading's and control's score of both twins of every pair. The surprisal given the
+    sources is read after the product's rendering where the scorer takes ``context``."""
+    from ..llm.loading import chat_prompt
+
+    cache = cache or Cache(None)
     twins = [t for p in pairs for t in (p.correct, p.planted)]
     ctx = [p.context for p in pairs for _ in (0, 1)]
-    by_reading = {r: score_reading(uq, pairs, r, progress) for r in readings}
-    chats = [source_chat(uq, p.prompt, p.context, readings[0]) for p in pairs for _ in (0, 1)]
-    given = slot_nll(uq, chats, twins)
-    none = slot_surprisal(uq, [p.prompt for p in pairs for _ in (0, 1)], twins)
+    by_reading = {r: score_reading(uq, pairs, r, progress, cache) for r in readings}
+    control = "context" if takes_context() else "pasted"
+    given = slot_nll_cached(uq, [source_chat(uq, p.prompt, p.context, control) for p in pairs for _ in (0, 1)],
+                            twins, cache)
+    none = slot_nll_cached(uq, [chat_prompt(uq.tok, p.prompt, uq.system_prompt) for p in pairs for _ in (0, 1)],
+                           twins, cache)
     tags = tagged(nlp, twins)
     rows = []
     for i, p in enumerate(pairs):
@@ -193,17 +239,18 @@ def run_grounded(cfg: Config, probe: str | None = None, facts: str | Path | None
     ckpt = resolve_checkpoint(probe, cfg)
     backbone = (read_json(ckpt / "config.json").get("extra") or {}).get("backbone") or cfg.backbone.name
     nlp = load_spacy(cfg.label.spacy_model)
+    bench_dir = Path(cfg.paths.data) / backbone / "bench"
     with SpanUQ.load(ckpt, cfg=cfg) as uq:
-        scored = score_pairs(uq, pairs, nlp, readings, progress)
+        scored = score_pairs(uq, pairs, nlp, readings, progress, Cache(bench_dir / f"{name}-cache.jsonl"))
         probe_info = {"path": str(uq.checkpoint), "source": uq.probe_source,
                       "sha256": sha256_file(ckpt / "model.safetensors"), "calibration_sha256": calibration_sha256(ckpt)}
     methods = readings + CONTROLS
     record = {"benchmark": "grounded pairs", "probe": probe_info, "facts": str(facts or PAIRS),
               "readings": list(readings), "methods": list(methods),
-              "surprisal_source_read_after": readings[0],
+              "surprisal_source_read_after": "context" if takes_context() else "pasted",
               "bootstrap": {"resamples": bootstrap, "unit": "subject", "seed": seed},
               "summary": summarise(scored, methods, readings, bootstrap, seed), "items": scored}
-    out = Path(cfg.paths.data) / backbone / "bench" / f"{name}.json"
+    out = bench_dir / f"{name}.json"
     write_json(out, record)
     out.with_suffix(".md").write_text(markdown(record), encoding="utf-8")
     return out
