@@ -143,3 +143,18 @@ def test_recalibrate_grounded_writes_only_the_with_sources_entry(make_cfg, probe
     assert after.grounded["given"] == info["entry"] and after.given == before.given
     assert after.for_source("given") == before.for_source("given")
     assert json.loads((probe / "grounded_calibration.json").read_text())["variant"] in ("platt", "surprisal")
+
+
+def test_a_run_keeps_what_it_read_and_never_an_error(tmp_path):
+    from spanuq.bench.grounded_run import Cache
+
+    path, calls = tmp_path / "cache.jsonl", []
+
+    def compute(todo):
+        calls.append(list(todo))
+        return ["scorer: busy" if i == 1 else {"u": 0.1 * i} for i in todo]
+
+    first = Cache(path).values(["a", "b", "c"], compute)
+    assert first == [{"u": 0.0}, "scorer: busy", {"u": 0.2}]
+    again = Cache(path).values(["a", "b", "c"], compute)  # a new run: only the failed one is read again
+    assert calls == [[0, 1, 2], [1]] and again[0] == {"u": 0.0} and again[2] == {"u": 0.2}
