@@ -91,7 +91,10 @@ class Cache:
         self.have = {x["key"]: x["value"] for x in iter_jsonl(path)} if path is not None and path.exists() else {}
 
     def values(self, keys: list[str], compute) -> list:
-        """The value of each key: kept ones as kept, the others from ``compute(indices)`` (then kept)."""
+        """The value of each key: kept ones as kept, the others from ``compute(indices)`` (then kept).
+        The file is read again first: another run may have kept some since."""
+        if self.path is not None and self.path.exists():
+            self.have.update({x["key"]: x["value"] for x in iter_jsonl(self.path)})
         todo = [i for i, k in enumerate(keys) if k not in self.have]
         if todo:
             new = dict(zip(todo, compute(todo)))
