@@ -132,9 +132,8 @@ def test_recalibrate_grounded_writes_only_the_with_sources_entry(make_cfg, probe
     before = load_checkpoint(probe).calibration
     weights = (probe / "model.safetensors").read_bytes()
     rows = TRAIN_PAIRS.read_text().splitlines()
-    small = tmp_path / "pairs.jsonl"  # three subjects: one lands in validation
-    keep = {g for g in dict.fromkeys(json.loads(r)["group"] for r in rows)}
-    chosen = [g for g in keep][:6]
+    small = tmp_path / "pairs.jsonl"  # the year pairs of six subjects: one (Silicon) lands in validation
+    chosen = list(dict.fromkeys(json.loads(r)["group"] for r in rows))[:6]
     small.write_text("\n".join(r for r in rows if json.loads(r)["group"] in chosen and json.loads(r)["kind"] == "year")
                      + "\n")
     info = recalibrate_grounded(make_cfg(), probe, small)
