@@ -196,6 +196,8 @@ def summarise(rows: list[dict], methods: tuple[str, ...], readings: tuple[str, .
         right = {x: mean_ci(np.array([float(r["correct"][x] >= 0.5) for r in rs]), bootstrap, seed, groups=groups)
                  for x in readings}
         row["right_u_ge_0.5"] = right
+        row["wrong_u_ge_0.5"] = {x: mean_ci(np.array([float(r["planted"][x] >= 0.5) for r in rs]), bootstrap, seed,
+                                             groups=groups) for x in readings}
         table.append(row)
     return {"pairs": len(rows), "scored_pairs": len(ok), "errors": [r["error"] for r in rows if "error" in r],
             "table": table}
@@ -208,13 +210,15 @@ def markdown(record: dict) -> str:
              "planted slot scores above the correct one (ties 0.5), 95% bootstrap over subjects. Cases: "
              + "; ".join(f"({k}) {v}" for k, v in CASE_NAMES.items()) + ".", "",
              "| case | kind | pairs | " + " | ".join(NAMES[m] for m in methods) + " | "
-             + " | ".join(f"right at û ≥ 0.5 ({x})" for x in readings) + " |",
-             "|---|---|---|" + "---|" * (len(methods) + len(readings))]
+             + " | ".join(f"right at û ≥ 0.5 ({x}) | wrong at û ≥ 0.5 ({x})" for x in readings) + " |",
+             "|---|---|---|" + "---|" * (len(methods) + 2 * len(readings))]
     for r in s["table"]:
         lines.append(f"| {r['case']} | {r['kind']} | {r['pairs']} | " + " | ".join(fmt(r[m]) for m in methods)
-                     + " | " + " | ".join(fmt(r["right_u_ge_0.5"][x]) for x in readings) + " |")
-    lines += ["", "Right at û ≥ 0.5: the share of correct twins whose slot reads likely wrong (cases a–c: the "
-              "source states the fact, lower is better; case d: the source is silent, so it is unsupported)."]
+                     + " | " + " | ".join(f"{fmt(r['right_u_ge_0.5'][x])} | {fmt(r['wrong_u_ge_0.5'][x])}"
+                                          for x in readings) + " |")
+    lines += ["", "Right / wrong at û ≥ 0.5: the share of correct / planted twins whose slot reads likely wrong "
+              "(right ones, cases a–c: the source states the fact, lower is better; case d: the source is silent, "
+              "so the right value is unsupported too)."]
     return "\n".join(lines) + "\n"
 
 
