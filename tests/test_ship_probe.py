@@ -103,5 +103,6 @@ def test_a_with_sources_calibration_alone_keeps_every_figure_read_without_source
     assert card["mushroom"] == old["mushroom"] and card["planted"] == old["planted"]
     assert card["grounded"]["calibration"]["given"] == entry and card["grounded"]["fit"]["variant"] == "surprisal"
     shipped, now = (json.loads((d / "config.json").read_text()) for d in (SHIPPED, out))
-    assert {k: v for k, v in now["calibration"].items() if k != "grounded"} == shipped["calibration"]
+    assert ({k: v for k, v in now["calibration"].items() if k != "grounded"}
+            == {k: v for k, v in shipped["calibration"].items() if k != "grounded"})
     assert "read with their sources (`context`): û = σ(logit(raw)/3.000 − 2.000 + 0.400·S" in (out / "MODEL_CARD.md").read_text()
