@@ -227,19 +227,27 @@ def ship_recalibrated(args, out: Path) -> int:
     cal = read_json(new / "config.json")["calibration"]
 
     def own(c: dict) -> dict:  # the own-answer part, defaults filled in (older files leave them out)
-        return {k: v for k, v in Calibration.from_dict({k: v for k, v in c.items() if k != "given"}).as_dict().items()
-                if k != "given"}
+        return {k: v for k, v in Calibration.from_dict({k: v for k, v in c.items() if k not in ("given", "grounded")}
+                                                       ).as_dict().items() if k not in ("given", "grounded")}
 
     if own(cal) != own(card["calibration"]):
         raise SystemExit("ship_probe: the own-answer calibration differs from the shipped one; its test metrics would "
                          "no longer hold: ship the run with --run")
-    bench, planted = read_benches(args, new, same_as=out)  # the tensors are the same (checked above)
+    without_sources = {k: v for k, v in cal.items() if k != "grounded"}
+    only_grounded = without_sources == {k: v for k, v in card["calibration"].items() if k != "grounded"}
+    now = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit()}
+    if only_grounded:  # only the with-sources mapping changed: every figure read without sources still holds
+        fitted = new / "grounded_calibration.json"
+        card["grounded"] = {**now, "calibration": cal.get("grounded"),
+                            "fit": read_json(fitted) if fitted.exists() else None,
+                            "bench": read_json(args.grounded_bench)["summary"] if args.grounded_bench else None}
+    else:
+        bench, planted = read_benches(args, new, same_as=out)  # the tensors are the same (checked above)
+        card["recalibrated"] = {**now, "given": (read_json(new / "recalibration.json")
+                                                 if (new / "recalibration.json").exists() else {}).get("given")}
+        card["planted"] = planted_entry(planted) if planted else card.get("planted")
+        card["mushroom"] = mushroom_entry(bench) if bench else None  # the old figures were another calibration's
     card["calibration"] = cal
-    card["recalibrated"] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit(),
-                            "given": (read_json(new / "recalibration.json") if (new / "recalibration.json").exists()
-                                      else {}).get("given")}
-    card["planted"] = planted_entry(planted) if planted else card.get("planted")
-    card["mushroom"] = mushroom_entry(bench) if bench else None  # the old figures were another calibration's
     shutil.copy2(new / "config.json", out / "config.json")
     write_json(out / CARD, card)
     atomic_write_text(out / "MODEL_CARD.md", render(card))
@@ -288,6 +296,8 @@ def render(card: dict) -> str:
         f"- Calibration (fitted on dev): validity threshold {c['validity_threshold']:.3f}, duplicate IoU "
         f"{c['dup_iou']}; {source_line('the backbone’s own answers', c)}"
         + (f"; {source_line('given answers', c['given'])}" if c.get("given") else "; given answers: as its own")
+        + (f"; given answers read with their sources (`context`): {source_line('', c['grounded']['given'])[2:]}, "
+           "S and H₀ read after the sources (docs/grounded.md)" if (c.get("grounded") or {}).get("given") else "")
         + ".",
         f"- Test split: {m['n_responses']} answers, {m['n_spans']} labelled spans; every figure below is over every "
         "labelled test span of that run, the baselines on the same spans in the same run "
@@ -322,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", default=None, help="the data dir of a finished pipeline run (its paths.data)")
+    ap.add_argument("--grounded-bench", default=None, metavar="JSON",
+                    help="with --recalibrated, when only the with-sources calibration changed: the `spanuq bench "
+                         "grounded` record of the recalibrated probe, summarised in the card")
     ap.add_argument("--recalibrated", default=None, metavar="PROBE_DIR",
                     help="the shipped weights with a calibration `spanuq recalibrate` refitted: replaces the shipped "
                          "config.json and the card's calibration, planted and Mu-SHROOM entries (no --run)")

@@ -91,6 +91,9 @@ def _product_commands(sub) -> None:
     sp = _command(sub, "recalibrate", "refit a trained probe's given-answer calibration on its run's dev split "
                                       "(weights untouched)")
     sp.add_argument("--probe", default=None, help="the probe folder (default: the run's data/<backbone>/probe)")
+    sp.add_argument("--grounded", nargs="?", const="bundled", default=None, metavar="PAIRS",
+                    help="fit only the with-sources calibration of given answers, on grounded training pairs "
+                         "(default: the bundled spanuq/label/grounded/pairs.jsonl); every other entry untouched")
     sp = _command(sub, "llama-server", "serve the backbone's shipped GGUF (llama.cpp, OpenAI-compatible)")
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=8080)

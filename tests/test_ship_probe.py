@@ -82,3 +82,27 @@ def test_the_same_tensors_saved_again_are_the_shipped_weights_and_changed_ones_a
     save_file({**state, first: state[first] + 1e-3}, str(changed / "model.safetensors"))
     with pytest.raises(SystemExit, match="other weights"):
         sp.main(["--recalibrated", str(changed), "--out", str(shipped_copy)])
+
+
+def test_a_with_sources_calibration_alone_keeps_every_figure_read_without_sources(tmp_path, shipped_copy):
+    """`spanuq recalibrate --grounded` writes only `calibration.grounded`: the re-shipped card keeps the
+    Mu-SHROOM and planted figures (read without sources) and states the with-sources mapping."""
+    from spanuq.model.calibration import Calibration
+    from spanuq.model.checkpoint import save_calibration
+    from spanuq.train.grounded_calibration import with_grounded
+
+    new = tmp_path / "grounded"
+    shutil.copytree(SHIPPED, new)
+    entry = {"temperature": 3.0, "bias": -2.0, "surprisal": 0.4, "context": 0.2, "flag": 0.55, "fact_spans": True}
+    save_calibration(new, with_grounded(Calibration.from_dict(json.loads((SHIPPED / "config.json").read_text())
+                                                              ["calibration"]), entry))
+    (new / "grounded_calibration.json").write_text(json.dumps({"variant": "surprisal"}))
+    assert ship_probe().main(["--recalibrated", str(new), "--out", str(shipped_copy)]) == 0
+    out = shipped_copy / "smollm2-135m"
+    old, card = (json.loads((d / "card.json").read_text()) for d in (SHIPPED, out))
+    assert card["mushroom"] == old["mushroom"] and card["planted"] == old["planted"]
+    assert card["grounded"]["calibration"]["given"] == entry and card["grounded"]["fit"]["variant"] == "surprisal"
+    shipped, now = (json.loads((d / "config.json").read_text()) for d in (SHIPPED, out))
+    assert ({k: v for k, v in now["calibration"].items() if k != "grounded"}
+            == {k: v for k, v in shipped["calibration"].items() if k != "grounded"})
+    assert "read with their sources (`context`): û = σ(logit(raw)/3.000 − 2.000 + 0.400·S" in (out / "MODEL_CARD.md").read_text()

@@ -4,6 +4,7 @@
     spanuq bench mushroom --split test --probe data/smollm2-135m/probe   # once per probe (--force to re-read)
     spanuq bench mushroom-prompts --data mushroom.en-train_nolabel.v1.jsonl --out train.jsonl --fold 0/2
     spanuq bench planted --probe shipped                          # a planted wrong fact vs the right one
+    spanuq bench grounded --probe shipped                         # a fact the sources contradict vs the one they state
 """
 from __future__ import annotations
 
@@ -36,9 +37,7 @@ def add_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
 
     pl = sub.add_parser("planted", help="pairs of answers that differ in one fact: is the planted wrong value "
                         "scored above the right one? (beside the backbone's surprisal, a tagger and û_seq)")
-    add_config_args(pl)
-    pl.add_argument("--probe", default=None, metavar="DIR|URI|shipped",
-                    help="probe checkpoint folder, MLflow URI or `shipped`; default: as `spanuq score`")
+    add_pair_bench_args(pl, add_config_args)
     pl.add_argument("--facts", default=None, metavar="FILE",
                     help="prompts with references (the prompts stage's format; meta.kind, meta.wrong optional); "
                          "default: the bundled spanuq/bench/planted/facts.jsonl")
@@ -51,11 +50,40 @@ def add_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
     pl.add_argument("--limit", type=int, default=None, help="only the first N facts and pasted pairs (a quick look)")
     pl.add_argument("--refine", action="store_true", help="also refine every twin and the backbone's own answers "
                     "(regenerate) and count right → wrong against wrong → right (slow: minutes per 100 answers)")
-    pl.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
-    pl.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
+
+
+    gr = sub.add_parser("grounded", help="pairs of answers that differ in one fact, read against sources: is the "
+                        "fact the sources contradict or do not state scored above the one they state? (beside string "
+                        "overlap, the backbone's surprisal given the sources, a tagger)")
+    add_pair_bench_args(gr, add_config_args)
+    gr.add_argument("--facts", default=None, metavar="FILE",
+                    help="your own pairs ({id, group, kind, case, prompt, context: [passage], answer, slot: [start, "
+                         "end], wrong} per line); default: the bundled spanuq/bench/grounded/pairs.jsonl")
+    gr.add_argument("--readings", default=None, help="comma-separated: context (the product's `context` input), "
+                    "pasted (the sources pasted above the question); default: both where the scorer takes context")
+    gr.add_argument("--name", default="grounded", help="output stem: data/<backbone>/bench/<name>.{json,md}")
+    gr.add_argument("--limit", type=int, default=None, help="only the pairs of the first N subjects (a quick look)")
+
+
+def add_pair_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
+    """What every pair bench takes: the config, the probe, the bootstrap."""
+    add_config_args(p)
+    p.add_argument("--probe", default=None, metavar="DIR|URI|shipped",
+                   help="probe checkpoint folder, MLflow URI or `shipped`; default: as `spanuq score`")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
 
 
 def run_bench(args, cfg) -> int:
+    if args.bench == "grounded":
+        from .grounded_run import markdown, run_grounded
+
+        readings = tuple(r for r in args.readings.split(",") if r) if args.readings else None
+        out = run_grounded(cfg, probe=args.probe, facts=args.facts, name=args.name, bootstrap=args.bootstrap,
+                           seed=args.seed, progress=not args.no_progress, limit=args.limit, readings=readings)
+        print(markdown(json.loads(out.read_text())), end="")
+        print(f"bench grounded: wrote {out} and {out.with_suffix('.md')}")
+        return 0
     if args.bench == "planted":
         from .planted_run import markdown, run_planted
 

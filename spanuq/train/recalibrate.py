@@ -8,6 +8,7 @@ calibration (temperature, validity threshold, flag) is kept as the train stage f
 
     spanuq recalibrate --preset cpu-full -o paths.data=data-cpu-full            # the run's probe
     spanuq recalibrate --preset cpu-full -o paths.data=data-cpu-full --probe DIR  # another probe, same dev split
+    spanuq recalibrate --grounded --probe DIR     # only the with-sources calibration, on grounded training pairs
 """
 from __future__ import annotations
 
@@ -47,9 +48,51 @@ def recalibrate(cfg: Config, probe_dir: str | Path | None = None) -> dict:
 
 
 def run_recalibrate(args, cfg: Config) -> int:
+    if getattr(args, "grounded", None):
+        info = recalibrate_grounded(cfg, args.probe, None if args.grounded == "bundled" else args.grounded)
+        print(json.dumps({"variant": info["variant"], **info["entry"], "validation": info["validation"]}, indent=2))
+        print(f"recalibrate: wrote the with-sources calibration (grounded.given) into "
+              f"{Path(args.probe) if args.probe else StagePaths.from_config(cfg).probe}/config.json")
+        return 0
     info = recalibrate(cfg, args.probe)
     keys = ("fitted_on", "slots", "spans", "temperature", "bias", "surprisal", "context", "flag", "margin", "unknown_entropy",
             "fact_spans")
     print(json.dumps({k: info[k] for k in keys if k in info}, indent=2))
     print(f"recalibrate: wrote {Path(args.probe) if args.probe else StagePaths.from_config(cfg).probe}/config.json")
     return 0
+
+
+def recalibrate_grounded(cfg: Config, probe_dir: str | Path | None = None, pairs: str | Path | None = None) -> dict:
+    """Fit the with-sources calibration of given answers (`spanuq.train.grounded_calibration`) of the
+    probe in ``probe_dir`` on grounded training pairs (default: the bundled ones) and write it into
+    the probe's ``config.json`` as ``grounded["given"]``: the weights and every other calibration entry
+    stay as they are. The slots' readings are cached under ``data/<backbone>/grounded/`` by the probe's
+    weights, the pair file and the backbone, so a refit reads nothing again."""
+    from dataclasses import asdict
+
+    from .. import SpanUQ
+    from ..bench.grounded import TRAIN_PAIRS, read_pairs
+    from ..label.grounded import SlotReading, slot_readings
+    from ..model.checkpoint import load_checkpoint
+    from ..pipeline.cache import content_hash
+    from ..pipeline.files import iter_jsonl, sha256_file, write_jsonl
+    from .grounded_calibration import calibrate_grounded, with_grounded
+
+    paths = StagePaths.from_config(cfg)
+    probe_dir = Path(probe_dir) if probe_dir is not None else paths.probe
+    pairs = Path(pairs) if pairs is not None else TRAIN_PAIRS
+    key = content_hash({"weights": sha256_file(probe_dir / "model.safetensors"), "pairs": sha256_file(pairs),
+                        "backbone": cfg.backbone.name, "reader": 1})
+    cache = Path(cfg.paths.data) / cfg.backbone.name / "grounded" / f"readings-{key[:16]}.jsonl"
+    if cache.exists():
+        readings = [SlotReading(**r) for r in iter_jsonl(cache)]
+    else:
+        with SpanUQ.load(probe_dir, cfg=cfg) as uq:
+            readings = slot_readings(uq, read_pairs(pairs), progress=not getattr(cfg, "no_progress", False))
+        write_jsonl(cache, [asdict(r) for r in readings])
+    entry, info = calibrate_grounded(readings, cfg.evaluate.flag_precision, cfg.evaluate.positive_threshold)
+    ck = load_checkpoint(probe_dir)
+    save_calibration(probe_dir, with_grounded(ck.calibration, entry))
+    info = {"pairs": str(pairs), "readings": str(cache), "entry": entry, **info}
+    write_json(probe_dir / "grounded_calibration.json", info)
+    return info

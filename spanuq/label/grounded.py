@@ -1,0 +1,89 @@
+"""Grounded training data: slots of answers read with their sources, labelled by the source.
+
+The grounded pairs (`spanuq.bench.grounded`; the training file ``spanuq/label/grounded/pairs.jsonl``,
+built from subjects and wording no bench uses) each give two answers that differ in one fact,
+read against one source. The label of a slot comes from the source, never from what the backbone
+knows:
+
+    u* = 0  the right value, where the source states it (cases a, b, c — c in other words)
+    u* = 1  the wrong value (every case), and the right value where the source is silent (case d:
+            the source does not support it)
+
+`slot_readings` reads every twin as the product reads an answer with sources: the backbone's
+input is the rendered chat (`spanuq.bench.grounded_run.source_chat`, the one rendering,
+`spanuq.context.render`), one teacher-forced pass gives the probe's states and each token's
+surprisal s_t and entropy e_t, and the product's own post-processing (`SpanUQ.score_many` with
+those states, each name, date and number a span of its own) gives the shown spans with raw û. A
+slot's reading is the span over it (the planted bench's rule, `slot_score`): its raw û, and
+(S, H₀) = (Σ s_t over the span, e at its first token) — the terms the given-answer mapping reads
+(`spanuq.model.calibration`), now read after the sources.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..bench.grounded import GroundedPair
+from ..model.calibration import span_surprisal
+
+
+@dataclass(frozen=True)
+class SlotReading:
+    pair: str
+    group: str
+    case: str
+    kind: str
+    twin: str  # correct | planted
+    label: float  # u*: 1 = contradicted or unsupported by the source
+    u_raw: float  # the probe's raw û of the span over the slot (û_seq when no span covers it)
+    surprisal: float  # S: Σ of the span's token surprisal, after the sources
+    entropy: float  # H₀: the entropy at the span's first token
+    covered: bool  # a shown span covers the slot (IoU ≥ COVER_IOU)
+
+
+def label(pair: GroundedPair, twin: str) -> float:
+    """u* of a twin's slot (module docstring)."""
+    return 1.0 if twin == "planted" or pair.case == "d" else 0.0
+
+
+def slot_readings(uq, pairs: list[GroundedPair], batch_size: int = 8, progress: bool = False) -> list[SlotReading]:
+    """Every twin's slot read with its sources (module docstring), correct then planted per pair;
+    a twin the scorer could not read raises (training data is never silently thinner)."""
+    from ..bench.grounded_run import source_chat
+    from ..bench.planted_run import COVER_IOU, char_iou
+    from ..llm.loading import token_offsets
+    from ..llm.states import extract_batch
+
+    twins = [(p, name, t) for p in pairs for name, t in (("correct", p.correct), ("planted", p.planted))]
+    chats = [source_chat(uq, p.prompt, p.context, "context") for p, _, _ in twins]
+    ids = [token_offsets(uq.tok, t.text)[0] for _, _, t in twins]
+    feats = []
+    for s in range(0, len(twins), batch_size):
+        feats += extract_batch(uq.model, uq.tok, chats[s: s + batch_size], ids[s: s + batch_size], uq.layers,
+                               uq.out_dtype)
+    kept = uq.calibration
+    # the identity mapping with facts as spans of their own: raw û of the spans the product shows
+    uq.calibration = replace(kept.raw(), given={"fact_spans": True})
+    try:
+        results = uq.score_many([{"prompt": p.prompt, "response": t.text} for p, _, t in twins], progress=progress,
+                                return_errors=True, states=feats, chats=chats)
+    finally:
+        uq.calibration = kept
+    out = []
+    for (p, name, t), f, r in zip(twins, feats, results):
+        if isinstance(r, Exception):
+            raise RuntimeError(f"{p.id} ({name}): {r}")
+        best, span = 0.0, None
+        for s in r.spans:
+            iou = char_iou((s.start, s.end), t.slot)
+            if iou > best:
+                best, span = iou, s
+        if span is None:
+            u, sh = float(r.u_seq), (0.0, 0.0)
+        else:
+            u = float(span.u_raw)
+            sh = span_surprisal(f.surprisal.float().numpy(), f.entropy.float().numpy(), [(span.b, span.e)])[0]
+        out.append(SlotReading(p.id, p.group, p.case, p.kind, name, label(p, name), u, float(sh[0]), float(sh[1]),
+                               best >= COVER_IOU))
+    return out
