@@ -84,6 +84,7 @@ def test_the_backbones_own_answer_is_scored_as_its_own_on_v1_not_as_a_given_one(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # three model loads (the CLI twice, the service shares the module's) and ~10 generations
 def test_one_answer_gets_one_score_on_every_path(shipped, make_cfg, repo_root, tmp_path, monkeypatch):
     from openai import OpenAI
 
