@@ -5,7 +5,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export MLFLOW_DISABLE_TELEMETRY ?= true
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup repro test test-all bench bench-gpu bench-install ship-probe guarantees
+.PHONY: setup repro test test-all bench bench-gpu bench-install bench-lanes ship-probe guarantees
 setup:
 	bash scripts/setup.sh
 
@@ -27,6 +27,9 @@ bench: setup  ## the product benchmarks (generation, extraction, probe, score, s
 
 bench-gpu: setup  ## SpanUQ at the paper's shapes on a CUDA GPU
 	python benchmarks/bench_gpu.py
+
+bench-lanes: setup  ## given-answer /score latency while generations run, and the service's RSS over a 5,000-request soak
+	python benchmarks/bench_lanes.py
 
 bench-install: setup  ## the README's scoring command in a fresh venv (packages, size, time; no CUDA package) against the full install
 	python benchmarks/bench_install.py

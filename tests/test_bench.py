@@ -10,7 +10,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import run  # noqa: E402  (benchmarks/run.py)
 
-OWN_TARGETS = {"gpu": "make bench-gpu", "install": "make bench-install"}  # need a GPU / build venvs
+OWN_TARGETS = {"gpu": "make bench-gpu", "install": "make bench-install",  # need a GPU / build venvs
+               "lanes": "make bench-lanes"}  # a soak of 6,000 requests: longer than make bench
 
 
 def test_every_product_benchmark_is_in_make_bench_and_reports_into_its_table():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from spanuq.bench.grounded import CASES, KINDS, PAIRS, TRAIN_PAIRS, in_source, pasted, read_pairs
-from spanuq.label.grounded import SlotReading
+from spanuq.train.grounded_slots import SlotReading
 
 
 def test_the_bundled_pairs_hold_every_case_and_kind_as_their_case_says():

@@ -1,5 +1,5 @@
 """The with-sources calibration of given answers (`Calibration.grounded["given"]`), fitted on
-grounded training data (`spanuq.label.grounded`: slots of answers read after their sources,
+grounded training data (`spanuq.train.grounded_slots`: slots of answers read after their sources,
 labelled by the source).
 
 Its form is the given-answer mapping's, read after the rendered sources:
@@ -25,7 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..label.grounded import SlotReading
+from .grounded_slots import SlotReading
 from ..metrics.ece import fit_platt, fit_platt_surprisal, flag_threshold, pair_margin
 from ..model.calibration import Calibration
 

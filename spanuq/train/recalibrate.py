@@ -72,7 +72,7 @@ def recalibrate_grounded(cfg: Config, probe_dir: str | Path | None = None, pairs
 
     from .. import SpanUQ
     from ..bench.grounded import TRAIN_PAIRS, read_pairs
-    from ..label.grounded import SlotReading, slot_readings
+    from .grounded_slots import SlotReading, slot_readings
     from ..model.checkpoint import load_checkpoint
     from ..pipeline.cache import content_hash
     from ..pipeline.files import iter_jsonl, sha256_file, write_jsonl
