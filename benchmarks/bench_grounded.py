@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 from pathlib import Path
 
 import torch
+from probes import probe_or_random  # benchmarks/probes.py
 from table import report  # benchmarks/table.py: make bench's one table
 
 PASTED = Path(__file__).resolve().parents[1] / "spanuq" / "bench" / "planted" / "pasted.jsonl"
@@ -37,15 +37,10 @@ def main() -> None:
 
     from spanuq import SpanUQ
     from spanuq.config import load_config
-    from spanuq.model.checkpoint import save_checkpoint
-    from spanuq.model.probe import SpanUQProbe
 
     cfg = load_config("params.yaml", [f"score.max_new_tokens={args.max_new_tokens}",
                                       f"score.server_threads={args.threads}"])
-    model = args.model
-    if model is None:
-        model = save_checkpoint(SpanUQProbe(cfg.probe, 576), cfg.probe, 576, tempfile.mkdtemp(),
-                                extra={"backbone": cfg.backbone.name})
+    model = probe_or_random(args.model, cfg)
     rows = [json.loads(line) for line in PASTED.read_text(encoding="utf-8").splitlines() if line.strip()]
     times: dict[str, list[float]] = {k: [] for k in ("given", "given+context", "generated", "generated+context")}
     n_ctx = []

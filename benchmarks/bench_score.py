@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 
 import torch
+from probes import probe_or_random  # benchmarks/probes.py
 from table import report  # benchmarks/table.py: make bench's one table
 
 
@@ -35,15 +35,10 @@ def main() -> None:
     from spanuq import SpanUQ
     from spanuq.config import load_config
     from spanuq.data.prompts import load_bundled
-    from spanuq.model.checkpoint import save_checkpoint
-    from spanuq.model.probe import SpanUQProbe
 
     cfg = load_config("params.yaml", [f"score.max_new_tokens={args.max_new_tokens}",
                                       f"score.server_threads={args.threads}"])
-    model = args.model
-    if model is None:
-        model = save_checkpoint(SpanUQProbe(cfg.probe, 576), cfg.probe, 576, tempfile.mkdtemp(),
-                                extra={"backbone": cfg.backbone.name})
+    model = probe_or_random(args.model, cfg)
     prompts = [p.text for p in load_bundled()[: args.n]]
     rows: dict[str, list[dict]] = {"llamacpp": [], "hf": [], "hf_plain": []}
     with SpanUQ.load(model, cfg=cfg) as uq:

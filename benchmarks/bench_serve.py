@@ -15,10 +15,10 @@ import asyncio
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import httpx
+from probes import probe_or_random  # benchmarks/probes.py
 from table import report  # benchmarks/table.py: make bench's one table
 
 
@@ -85,12 +85,9 @@ def main() -> None:
 
     from spanuq.config import load_config
     from spanuq.data.prompts import load_bundled
-    from spanuq.model.checkpoint import save_checkpoint
-    from spanuq.model.probe import SpanUQProbe
 
     cfg = load_config("params.yaml")
-    model = args.model or str(save_checkpoint(SpanUQProbe(cfg.probe, 576), cfg.probe, 576, tempfile.mkdtemp(),
-                                              extra={"backbone": cfg.backbone.name}))
+    model = probe_or_random(args.model, cfg)
     answer = ("It was first described in the early nineteenth century by a French chemist, who named it after "
               "the Greek word for violet; it is used today in medicine and photography.")
     prompts = [p.text for p in load_bundled()[: args.requests]]

@@ -79,3 +79,10 @@ def scorer(probe_dir, tmp_path_factory):
     threshold = None if os.environ.get("SPANUQ_TEST_PROBE") else 0.0
     with SpanUQ.load(probe_dir, cfg=cfg, threshold=threshold) as uq:
         yield uq
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``no_backbone_held`` run first: the stand-in vLLM, like vLLM, refuses to start in a
+    process that holds a backbone, and the session's `scorer` keeps one from its first use on."""
+    first = [i for i in items if i.get_closest_marker("no_backbone_held")]
+    items[:] = first + [i for i in items if not i.get_closest_marker("no_backbone_held")]

