@@ -70,7 +70,7 @@ def test_the_contradicted_span_of_any_models_answer_is_flagged_against_its_sourc
     assert year["u"] >= ext["flag_threshold"]  # flagged as likely wrong
     assert year["support"] == "contradicted" and year["passage"] == "eiffel"
     right = [s for s in ext["spans"] if "330" in s["text"]]
-    assert right and right[0]["support"] is None  # the height the tool gave is not flagged
+    assert right and right[0]["passage"] is not None and right[0]["u"] < year["u"]  # the tool's height: read, below
 
 
 def test_the_backbone_answers_with_the_sources_in_its_input(shipped):
