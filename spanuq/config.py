@@ -32,6 +32,9 @@ class BackboneConfig(_Section):
     # transformers loads (extract, baselines, hf generate) spread over the machine's GPUs by accelerate
     # (layers placed in order, docs/gpu.md); None: the whole model on `device`
     device_map: Literal["auto", "balanced", "sequential"] | None = None
+    # a stage's CPU kernels: avx2 = the same bytes for the same inputs on every x86 CPU (dvc.lock holds
+    # from machine to machine) | native = the fastest path this CPU has (spanuq/pipeline/kernels.py)
+    cpu_kernels: Literal["avx2", "native"] = "avx2"
     # short answers that end on their own within the token budget; None: the chat template's default
     system_prompt: str | None = "You are a helpful assistant. Answer factually in two or three sentences."
 

@@ -30,4 +30,7 @@ def get_stage(name: str) -> Callable[..., Path]:
 
 
 def run_stage(name: str, cfg: Config, progress: bool = True) -> Path:
+    from .pipeline.kernels import pin_cpu_kernels
+
+    pin_cpu_kernels(cfg.backbone.cpu_kernels)  # before the stage's first tensor operation
     return get_stage(name)(cfg, progress=progress)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
+from .kernels import pin_cpu_kernels
 
 CODE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding this `spanuq` package
 
@@ -78,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     job = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
     module, fn = job["target"].split(":")
-    out = getattr(import_module(module), fn)(Config.model_validate(job["config"]), **job["kwargs"])
+    cfg = Config.model_validate(job["config"])
+    pin_cpu_kernels(cfg.backbone.cpu_kernels)  # before the stage's first tensor operation
+    out = getattr(import_module(module), fn)(cfg, **job["kwargs"])
     Path(job["result"]).write_text(json.dumps(out, default=str))
     return 0
 
