@@ -246,6 +246,9 @@ def ship_recalibrated(args, out: Path) -> int:
         card["recalibrated"] = {**now, "given": (read_json(new / "recalibration.json")
                                                  if (new / "recalibration.json").exists() else {}).get("given")}
         card["planted"] = planted_entry(planted) if planted else card.get("planted")
+        chosen = (read_json(new / "config.json").get("extra") or {}).get("given_validity")
+        if chosen:  # which spans of a given answer are shown: chosen on Mu-SHROOM validation (mushroom_given)
+            card["given_validity"] = chosen
         card["mushroom"] = mushroom_entry(bench) if bench else None  # the old figures were another calibration's
     card["calibration"] = cal
     shutil.copy2(new / "config.json", out / "config.json")
@@ -265,7 +268,8 @@ def source_line(name: str, c: dict) -> str:
     return (f"{name}: û = σ(logit(raw)/{c.get('temperature', 1.0):.3f} {'−' if b < 0 else '+'} {abs(b):.3f}{span}), shown as likely "
             f"wrong from {c.get('flag', 0.5):.3f}, refine margin {c.get('margin', 0.0):.3f}"
             + (f", subject unknown above entropy {c['unknown_entropy']:.3f}" if c.get("unknown_entropy") else "")
-            + (", each name, date and number a span of its own" if c.get("fact_spans") else ""))
+            + (", each name, date and number a span of its own" if c.get("fact_spans") else "")
+            + (f", spans shown from validity {c['validity_threshold']:g}" if "validity_threshold" in c else ""))
 
 
 def render(card: dict) -> str:
@@ -311,6 +315,14 @@ def render(card: dict) -> str:
         lines.append("Planted-error pairs (`spanuq bench planted`: the same answer with one fact right and with it "
                      "swapped to a wrong value of the same kind; prompts no probe trains on):\n")
         lines.append(planted_markdown({"probe": {"source": "this probe"}, **card["planted"]}).split("\n", 2)[2])
+    if card.get("given_validity"):
+        gv = card["given_validity"]
+        lines.append(f"Given answers show their spans from validity {gv['validity_threshold']:g}, chosen on "
+                     f"{gv['chosen_on']} ({gv['n_items']} answers, `{gv['file']}`, sha256 {gv['sha256'][:12]}…) "
+                     f"through the product's own output ({gv['rule']}; `spanuq recalibrate --mushroom-val`):\n")
+        lines.append("| validity ≥ | IoU | Cor | spans | share at/above the red line |\n|---|---|---|---|---|\n" + "\n".join(
+            f"| {r['validity_threshold']:g} | {r['iou']:.3f} | {r['cor']:.3f} | {r['spans']} | {r['share_flagged']:.2f} |"
+            for r in gv["grid"]) + "\n")
     if card["mushroom"]:
         rec = card["mushroom"]["record"]
         lines.append(table_markdown(mushroom_table(rec)))
