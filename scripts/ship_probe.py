@@ -246,9 +246,10 @@ def ship_recalibrated(args, out: Path) -> int:
         card["recalibrated"] = {**now, "given": (read_json(new / "recalibration.json")
                                                  if (new / "recalibration.json").exists() else {}).get("given")}
         card["planted"] = planted_entry(planted) if planted else card.get("planted")
+        # which spans of a given answer are shown, and where that was chosen (`spanuq.bench.mushroom_given`)
         chosen = (read_json(new / "config.json").get("extra") or {}).get("given_validity")
-        if chosen:  # which spans of a given answer are shown: chosen on Mu-SHROOM validation (mushroom_given)
-            card["given_validity"] = chosen
+        carried = (cal.get("given") or {}).get("validity_threshold")
+        card["given_validity"] = chosen if chosen and carried == chosen["validity_threshold"] else None
         card["mushroom"] = mushroom_entry(bench) if bench else None  # the old figures were another calibration's
     card["calibration"] = cal
     shutil.copy2(new / "config.json", out / "config.json")
