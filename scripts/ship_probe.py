@@ -243,8 +243,9 @@ def ship_recalibrated(args, out: Path) -> int:
                             "bench": read_json(args.grounded_bench)["summary"] if args.grounded_bench else None}
     else:
         bench, planted = read_benches(args, new, same_as=out)  # the tensors are the same (checked above)
-        card["recalibrated"] = {**now, "given": (read_json(new / "recalibration.json")
-                                                 if (new / "recalibration.json").exists() else {}).get("given")}
+        if mapping(cal) != mapping(card["calibration"]):  # refitted (not only which spans of a given answer show)
+            card["recalibrated"] = {**now, "given": (read_json(new / "recalibration.json")
+                                                     if (new / "recalibration.json").exists() else {}).get("given")}
         card["planted"] = planted_entry(planted) if planted else card.get("planted")
         # which spans of a given answer are shown, and where that was chosen (`spanuq.bench.mushroom_given`)
         chosen = (read_json(new / "config.json").get("extra") or {}).get("given_validity")
@@ -259,6 +260,13 @@ def ship_recalibrated(args, out: Path) -> int:
         f.chmod(0o644)
     print(f"ship_probe: {out}: recalibrated (given answers: {cal.get('given')})", file=sys.stderr)
     return 0
+
+
+def mapping(c: dict) -> dict:
+    """A calibration without the given-answer validity threshold (`spanuq recalibrate --mushroom-val` sets it
+    alone: the given mapping's fit, which the card's ``recalibrated`` entry records, is the same)."""
+    given = {k: v for k, v in (c.get("given") or {}).items() if k != "validity_threshold"}
+    return {**c, "given": given or None}
 
 
 def source_line(name: str, c: dict) -> str:

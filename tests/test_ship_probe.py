@@ -70,6 +70,14 @@ def test_the_card_says_which_spans_of_a_given_answer_are_shown_and_where_that_wa
     assert card["given_validity"]["validity_threshold"] == card["calibration"]["given"]["validity_threshold"] == 0.3
     text = (out / "MODEL_CARD.md").read_text()
     assert "spans shown from validity 0.3" in text and "| 0.9 | 0.200 | 0.360 | 10 | 0.10 |" in text
+    fit = card["recalibrated"]
+    meta["calibration"]["given"]["validity_threshold"] = 0.2  # chosen again: the mapping's fit record stays
+    meta["extra"]["given_validity"]["validity_threshold"] = 0.2
+    (new / "config.json").write_text(json.dumps(meta))
+    (new / "recalibration.json").write_text(json.dumps({"given": {"fitted_on": "slots", "slots": 99}}))  # not read
+    assert ship_probe().main(["--recalibrated", str(new), "--out", str(shipped_copy)]) == 0
+    card = json.loads((out / "card.json").read_text())
+    assert card["recalibrated"] == fit and card["given_validity"]["validity_threshold"] == 0.2
     del meta["calibration"]["given"]["validity_threshold"]  # a refit that dropped it: the card no longer claims it
     (new / "config.json").write_text(json.dumps(meta))
     assert ship_probe().main(["--recalibrated", str(new), "--out", str(shipped_copy)]) == 0
