@@ -307,7 +307,7 @@ def render(card: dict) -> str:
         + (f", the backbone's probability of each claim counted as {lab['likelihood_votes']:g} more votes"
            if lab.get("likelihood_votes") else "") + ".",
         f"- Calibration (fitted on dev): validity threshold {c['validity_threshold']:.3f}, duplicate IoU "
-        f"{c['dup_iou']}; {source_line('the backbone’s own answers', c)}"
+        f"{c['dup_iou']}; {source_line('the backbone’s own answers', {k: v for k, v in c.items() if k != 'validity_threshold'})}"
         + (f"; {source_line('given answers', c['given'])}" if c.get("given") else "; given answers: as its own")
         + (f"; given answers read with their sources (`context`): {source_line('', c['grounded']['given'])[2:]}, "
            "S and H₀ read after the sources (docs/grounded.md)" if (c.get("grounded") or {}).get("given") else "")
