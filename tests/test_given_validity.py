@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 
-
 from spanuq.bench.mushroom import read_items
 from spanuq.model.calibration import Calibration
 
