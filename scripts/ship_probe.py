@@ -243,9 +243,14 @@ def ship_recalibrated(args, out: Path) -> int:
                             "bench": read_json(args.grounded_bench)["summary"] if args.grounded_bench else None}
     else:
         bench, planted = read_benches(args, new, same_as=out)  # the tensors are the same (checked above)
-        card["recalibrated"] = {**now, "given": (read_json(new / "recalibration.json")
-                                                 if (new / "recalibration.json").exists() else {}).get("given")}
+        if mapping(cal) != mapping(card["calibration"]):  # refitted (not only which spans of a given answer show)
+            card["recalibrated"] = {**now, "given": (read_json(new / "recalibration.json")
+                                                     if (new / "recalibration.json").exists() else {}).get("given")}
         card["planted"] = planted_entry(planted) if planted else card.get("planted")
+        # which spans of a given answer are shown, and where that was chosen (`spanuq.bench.mushroom_given`)
+        chosen = (read_json(new / "config.json").get("extra") or {}).get("given_validity")
+        carried = (cal.get("given") or {}).get("validity_threshold")
+        card["given_validity"] = chosen if chosen and carried == chosen["validity_threshold"] else None
         card["mushroom"] = mushroom_entry(bench) if bench else None  # the old figures were another calibration's
     card["calibration"] = cal
     shutil.copy2(new / "config.json", out / "config.json")
@@ -257,6 +262,13 @@ def ship_recalibrated(args, out: Path) -> int:
     return 0
 
 
+def mapping(c: dict) -> dict:
+    """A calibration without the given-answer validity threshold (`spanuq recalibrate --mushroom-val` sets it
+    alone: the given mapping's fit, which the card's ``recalibrated`` entry records, is the same)."""
+    given = {k: v for k, v in (c.get("given") or {}).items() if k != "validity_threshold"}
+    return {**c, "given": given or None}
+
+
 def source_line(name: str, c: dict) -> str:
     """One source's mapping and flag threshold, as the card states it."""
     span = (f" + {c.get('surprisal', 0.0):.3f}·S − {c.get('context', 0.0):.3f}·H₀ (the span's surprisal S, the "
@@ -265,7 +277,8 @@ def source_line(name: str, c: dict) -> str:
     return (f"{name}: û = σ(logit(raw)/{c.get('temperature', 1.0):.3f} {'−' if b < 0 else '+'} {abs(b):.3f}{span}), shown as likely "
             f"wrong from {c.get('flag', 0.5):.3f}, refine margin {c.get('margin', 0.0):.3f}"
             + (f", subject unknown above entropy {c['unknown_entropy']:.3f}" if c.get("unknown_entropy") else "")
-            + (", each name, date and number a span of its own" if c.get("fact_spans") else ""))
+            + (", each name, date and number a span of its own" if c.get("fact_spans") else "")
+            + (f", spans shown from validity {c['validity_threshold']:g}" if "validity_threshold" in c else ""))
 
 
 def render(card: dict) -> str:
@@ -294,7 +307,7 @@ def render(card: dict) -> str:
         + (f", the backbone's probability of each claim counted as {lab['likelihood_votes']:g} more votes"
            if lab.get("likelihood_votes") else "") + ".",
         f"- Calibration (fitted on dev): validity threshold {c['validity_threshold']:.3f}, duplicate IoU "
-        f"{c['dup_iou']}; {source_line('the backbone’s own answers', c)}"
+        f"{c['dup_iou']}; {source_line('the backbone’s own answers', {k: v for k, v in c.items() if k != 'validity_threshold'})}"
         + (f"; {source_line('given answers', c['given'])}" if c.get("given") else "; given answers: as its own")
         + (f"; given answers read with their sources (`context`): {source_line('', c['grounded']['given'])[2:]}, "
            "S and H₀ read after the sources (docs/grounded.md)" if (c.get("grounded") or {}).get("given") else "")
@@ -311,6 +324,14 @@ def render(card: dict) -> str:
         lines.append("Planted-error pairs (`spanuq bench planted`: the same answer with one fact right and with it "
                      "swapped to a wrong value of the same kind; prompts no probe trains on):\n")
         lines.append(planted_markdown({"probe": {"source": "this probe"}, **card["planted"]}).split("\n", 2)[2])
+    if card.get("given_validity"):
+        gv = card["given_validity"]
+        lines.append(f"Given answers show their spans from validity {gv['validity_threshold']:g}, chosen on "
+                     f"{gv['chosen_on']} ({gv['n_items']} answers, `{gv['file']}`, sha256 {gv['sha256'][:12]}…) "
+                     f"through the product's own output ({gv['rule']}; `spanuq recalibrate --mushroom-val`):\n")
+        lines.append("| validity ≥ | IoU | Cor | spans | share at/above the red line |\n|---|---|---|---|---|\n" + "\n".join(
+            f"| {r['validity_threshold']:g} | {r['iou']:.3f} | {r['cor']:.3f} | {r['spans']} | {r['share_flagged']:.2f} |"
+            for r in gv["grid"]) + "\n")
     if card["mushroom"]:
         rec = card["mushroom"]["record"]
         lines.append(table_markdown(mushroom_table(rec)))

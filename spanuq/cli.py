@@ -94,6 +94,9 @@ def _product_commands(sub) -> None:
     sp.add_argument("--grounded", nargs="?", const="bundled", default=None, metavar="PAIRS",
                     help="fit only the with-sources calibration of given answers, on grounded training pairs "
                          "(default: the bundled spanuq/label/grounded/pairs.jsonl); every other entry untouched")
+    sp.add_argument("--mushroom-val", default=None, metavar="FILE",
+                    help="choose which spans of a given answer are shown (its validity threshold) on the English "
+                         "Mu-SHROOM validation file, through the product's own output; every other entry untouched")
     sp = _command(sub, "llama-server", "serve the backbone's shipped GGUF (llama.cpp, OpenAI-compatible)")
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=8080)

@@ -54,6 +54,36 @@ def test_a_recalibrated_probe_replaces_only_the_calibration_and_says_so_on_the_c
     assert sha256_file(out / "test_split.jsonl") == sha256_file(SHIPPED / "test_split.jsonl")
 
 
+def test_the_card_says_which_spans_of_a_given_answer_are_shown_and_where_that_was_chosen(tmp_path, shipped_copy):
+    new = recalibrated(tmp_path, "recal")
+    meta = json.loads((new / "config.json").read_text())
+    meta["calibration"]["given"]["validity_threshold"] = 0.3
+    grid = [{"validity_threshold": v, "iou": 0.2, "cor": c, "spans": 10, "share_flagged": 0.1}
+            for v, c in ((0.3, 0.44), (0.9, 0.36))]
+    meta["extra"]["given_validity"] = {"validity_threshold": 0.3, "chosen_on": "Mu-SHROOM English validation",
+                                       "file": "val.jsonl", "sha256": "ab" * 32, "n_items": 50, "rule": "best Cor",
+                                       "grid": grid}
+    (new / "config.json").write_text(json.dumps(meta))
+    assert ship_probe().main(["--recalibrated", str(new), "--out", str(shipped_copy)]) == 0
+    out = shipped_copy / "smollm2-135m"
+    card = json.loads((out / "card.json").read_text())
+    assert card["given_validity"]["validity_threshold"] == card["calibration"]["given"]["validity_threshold"] == 0.3
+    text = (out / "MODEL_CARD.md").read_text()
+    assert "spans shown from validity 0.3" in text and "| 0.9 | 0.200 | 0.360 | 10 | 0.10 |" in text
+    fit = card["recalibrated"]
+    meta["calibration"]["given"]["validity_threshold"] = 0.2  # chosen again: the mapping's fit record stays
+    meta["extra"]["given_validity"]["validity_threshold"] = 0.2
+    (new / "config.json").write_text(json.dumps(meta))
+    (new / "recalibration.json").write_text(json.dumps({"given": {"fitted_on": "slots", "slots": 99}}))  # not read
+    assert ship_probe().main(["--recalibrated", str(new), "--out", str(shipped_copy)]) == 0
+    card = json.loads((out / "card.json").read_text())
+    assert card["recalibrated"] == fit and card["given_validity"]["validity_threshold"] == 0.2
+    del meta["calibration"]["given"]["validity_threshold"]  # a refit that dropped it: the card no longer claims it
+    (new / "config.json").write_text(json.dumps(meta))
+    assert ship_probe().main(["--recalibrated", str(new), "--out", str(shipped_copy)]) == 0
+    assert json.loads((out / "card.json").read_text())["given_validity"] is None
+
+
 def test_it_refuses_a_changed_own_calibration_and_a_bench_of_another_calibration(tmp_path, shipped_copy):
     sp = ship_probe()
     with pytest.raises(SystemExit, match="own-answer calibration differs"):

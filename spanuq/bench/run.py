@@ -2,12 +2,14 @@
 API, beside every control, with the task's IoU and Cor.
 
 The headline row is **the product's own output** (``product``): each answer scored as a user
-scores it, ``SpanUQ.score(question, response=answer)`` with the probe's own settings (its validity
-threshold, its given-answer calibration and fact spans), a character's soft score the largest û of
-the shown spans over it, its hard label û at or above the result's own red line
-(``flag_threshold``).  Nothing is chosen on validation for it.  The ``spanuq`` row below it reads
-the same probe with a character mapping, a validity cut and a threshold chosen on validation that
-the product does not apply: a labelled second row.
+scores it, ``SpanUQ.score(question, response=answer)`` with the probe's own settings (its given-answer
+calibration: mapping, red line, fact spans, and the validity threshold of given answers that
+`spanuq.bench.mushroom_given` chose on the validation split and the probe carries), a character's
+soft score the largest û of the shown spans over it, its hard label û at or above the result's own
+red line (``flag_threshold``).  The bench chooses nothing for it: what validation chose is the
+probe's, for every user.  The ``spanuq`` row below it reads the same probe with a character
+mapping, a validity cut and a threshold chosen on validation that the product does not apply:
+a labelled second row.
 
     run_mushroom(cfg, "val", probe="path/to/probe", data=["path/to/mu-shroom"])   # chooses settings
     run_mushroom(cfg, "test", probe="path/to/probe")                               # reads them; once per probe
@@ -80,11 +82,12 @@ def product_method(shown: list, lens: list[int]) -> Method:
     if len(flags) > 1:
         raise ValueError(f"the answers were scored with {len(flags)} red lines; one source, one line expected")
     flag = flags.pop() if flags else 0.5
+    cuts = sorted({r.validity_threshold for r in shown if r is not None})
     chars = [probe_chars(r, n, "u", 0.0) for r, n in zip(shown, lens)]
     return Method("product", "SpanUQ as a user gets it (headline)",
-                  f"SpanUQ.score's spans and û as returned (the probe's own settings), hard at its red line "
-                  f"û ≥ {flag:.2f}", {"as returned": chars}, thresholds=(float(np.nextafter(flag, 0.0)),),
-                  kind="probe")
+                  f"SpanUQ.score's spans and û as returned (the probe's own settings: spans of validity ≥ "
+                  f"{'/'.join(f'{c:g}' for c in cuts) or '–'}), hard at its red line û ≥ {flag:.2f}",
+                  {"as returned": chars}, thresholds=(float(np.nextafter(flag, 0.0)),), kind="probe")
 
 
 def build_methods(uq, items: list[MushroomItem], results: list, cfg: Config, seed: int,

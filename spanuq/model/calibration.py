@@ -89,7 +89,9 @@ class Calibration:
     dropped; ``flag``: a span at or above this calibrated û is shown as likely wrong (chosen on
     dev for precision); ``margin``: how much lower a replacement's û must be before `refine`
     trusts it. These hold for the backbone's own answers; ``given`` holds T, b, flag and margin
-    fitted on answers the backbone did not write (`for_source`), None when none were fitted."""
+    fitted on answers the backbone did not write (`for_source`), None when none were fitted, and may
+    carry a ``validity_threshold`` of its own (which queries of a given answer are shown; chosen on
+    human-labelled answers of other systems, `spanuq.bench.mushroom_given`)."""
 
     temperature: float = 1.0
     validity_threshold: float = 0.5
@@ -148,6 +150,7 @@ class Calibration:
 
     def _mapped(self, g: dict) -> "Calibration":
         return replace(self, temperature=float(g.get("temperature", 1.0)), bias=float(g.get("bias", 0.0)),
+                       validity_threshold=float(g.get("validity_threshold", self.validity_threshold)),
                        flag=float(g.get("flag", self.flag)), margin=float(g.get("margin", self.margin)),
                        surprisal=float(g.get("surprisal", 0.0)), context=float(g.get("context", 0.0)),
                        fact_spans=bool(g.get("fact_spans", False)), given=None, grounded=None)
@@ -160,8 +163,17 @@ class Calibration:
         return "given" if source == "given" and self.given is not None else "generated"
 
     def with_threshold(self, threshold: float | None) -> "Calibration":
-        """This calibration with another validity threshold (None keeps it)."""
-        return self if threshold is None else replace(self, validity_threshold=float(threshold))
+        """This calibration with another validity threshold for every answer source (None keeps each
+        source's own): a threshold asked for explicitly wins over the one a mapping carries."""
+        if threshold is None:
+            return self
+        t = float(threshold)
+
+        def drop(g: dict | None) -> dict | None:
+            return None if g is None else {k: v for k, v in g.items() if k != "validity_threshold"}
+
+        return replace(self, validity_threshold=t, given=drop(self.given),
+                       grounded=None if self.grounded is None else {k: drop(g) for k, g in self.grounded.items()})
 
     def raw(self) -> "Calibration":
         """This calibration without the û mapping: û as the probe gives it (for every source)."""

@@ -524,6 +524,7 @@ class SpanUQ:
         """The record of one answer, with its status (`spanuq.score.status`) and, under a conformal
         threshold, what it keeps; ``pred`` None: no window could be read (or the answer is empty)."""
         answer = item.answer
+        shown_by = self.calibration.for_source(item.source, item.passages is not None)  # its spans' cut, red line
         spans = [] if pred is None else [
             ScoredSpan(start=s.start, end=s.end, text=answer[s.start:s.end], b=s.b, e=s.e, u=s.u, u_raw=s.u_raw,
                        validity=s.validity, nu=s.nu) for s in pred.shown()]
@@ -549,8 +550,7 @@ class SpanUQ:
         return ScoreResult(prompt=item.request.prompt, answer=answer, answer_source=item.source,
                            backbone=self.backbone_name, probe=self.probe_source, generator=item.generator,
                            n_tokens=len(item.ids), truncated=item.truncated, u_seq=u_seq,
-                           validity_threshold=self.threshold, spans=spans,
-                           flag_threshold=self.calibration.for_source(item.source, item.passages is not None).flag,
+                           validity_threshold=shown_by.validity_threshold, spans=spans, flag_threshold=shown_by.flag,
                            status=status_of(reasons),
                            calibration_source=self.calibration.fitted_for(item.source, item.passages is not None),
                            **({} if item.passages is None else

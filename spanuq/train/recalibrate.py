@@ -9,6 +9,10 @@ calibration (temperature, validity threshold, flag) is kept as the train stage f
     spanuq recalibrate --preset cpu-full -o paths.data=data-cpu-full            # the run's probe
     spanuq recalibrate --preset cpu-full -o paths.data=data-cpu-full --probe DIR  # another probe, same dev split
     spanuq recalibrate --grounded --probe DIR     # only the with-sources calibration, on grounded training pairs
+    spanuq recalibrate --mushroom-val FILE --probe DIR   # which spans of a given answer are shown (Mu-SHROOM val)
+
+A refit keeps a given-answer validity threshold chosen with ``--mushroom-val``
+(`spanuq.bench.mushroom_given`): it was chosen on human labels, not on the dev split.
 """
 from __future__ import annotations
 
@@ -42,12 +46,24 @@ def recalibrate(cfg: Config, probe_dir: str | Path | None = None) -> dict:
                                         answers(load_tokenizer(cfg), dev_given), dev)
     if not info.get("used"):
         raise ValueError(f"no given-answer mapping could be fitted: {info.get('reason')}")
+    shown = (ck.calibration.given or {}).get("validity_threshold")
+    if shown is not None:  # chosen on human labels (`--mushroom-val`), not on this dev split: it stays
+        calibration = replace(calibration, given={**calibration.given, "validity_threshold": shown})
     save_calibration(probe_dir, calibration)
     write_json(probe_dir / "recalibration.json", {"data": str(paths.root), "given": info})
     return info
 
 
 def run_recalibrate(args, cfg: Config) -> int:
+    if getattr(args, "mushroom_val", None):
+        from ..bench.mushroom_given import carry
+
+        probe = Path(args.probe) if args.probe else StagePaths.from_config(cfg).probe
+        record = carry(probe, cfg, args.mushroom_val, progress=not getattr(args, "no_progress", False))
+        print(json.dumps(record, indent=2))
+        print(f"recalibrate: wrote the given-answer validity threshold {record['validity_threshold']:g} "
+              f"(chosen on {record['file']}) into {probe}/config.json")
+        return 0
     if getattr(args, "grounded", None):
         info = recalibrate_grounded(cfg, args.probe, None if args.grounded == "bundled" else args.grounded)
         print(json.dumps({"variant": info["variant"], **info["entry"], "validation": info["validation"]}, indent=2))
