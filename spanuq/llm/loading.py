@@ -146,17 +146,12 @@ def load_backbone(cfg: Config):
     return model, tok
 
 
-def chat_prompt(tokenizer, text: str, system_prompt: str | None = None, context: list | None = None) -> str:
+def chat_prompt(tokenizer, text: str, system_prompt: str | None = None) -> str:
     """The chat-templated prompt string (generation prompt appended).
 
     Every backend sends this exact string, so the hidden states the probe sees at
-    extraction time are those of the context the answer was generated in.  ``context``:
-    sources (passages, `spanuq.context.passages`), rendered as the scorer renders them
-    (`spanuq.context.render`: numbered in the system message), so a pipeline row with sources
-    is answered and read after the input `SpanUQ.score(..., context=...)` reads.
+    extraction time are those of the context the answer was generated in.
     """
-    if context is not None:
-        return context_chat(tokenizer, text, context, system_prompt)
     messages = []
     if system_prompt:
         messages.append({"role": "system", "content": system_prompt})
@@ -165,20 +160,6 @@ def chat_prompt(tokenizer, text: str, system_prompt: str | None = None, context:
     return tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
     )
-
-
-def context_chat(tokenizer, text: str, context: list, system_prompt: str | None = None) -> str:
-    """The question ``text`` with all of its sources ``context`` in one rendered chat (the scorer's first
-    window when the sources fit it: `spanuq.context.render.render_windows`); bad passages raise
-    `ContextError` naming them."""
-    from ..config import ScoreConfig
-    from ..context.passages import as_passages
-    from ..context.render import render
-
-    limits = ScoreConfig()
-    passages = as_passages(context, limits.max_context_chars, limits.max_context_passages)
-    pieces = [(i, p, 0, len(p.text)) for i, p in enumerate(passages, 1)]
-    return render(tokenizer, [{"role": "user", "content": text}], pieces, system_prompt).chat
 
 
 def response_token_ids(tokenizer, text: str) -> list[int]:
