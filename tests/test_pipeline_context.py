@@ -48,11 +48,25 @@ def test_a_row_with_sources_is_answered_with_them_in_the_backbones_input(make_cf
     assert gens[1].chat_prompt == chat_prompt(tok, row.text, SYSTEM) and "Sources:" not in gens[1].chat_prompt
 
 
+def _gen(prompt: Prompt, answer: str, samples: list[str]) -> Generation:
+    from spanuq.llm.loading import response_token_ids
+
+    tok = _tokenizer()
+    return Generation(prompt_id=prompt.id, backbone="smollm2-135m", prompt_text=prompt.text, chat_prompt="",
+                      greedy=Sample(text=answer, token_ids=response_token_ids(tok, answer)),
+                      samples=[Sample(text=s, token_ids=response_token_ids(tok, s)) for s in samples],
+                      decoding={}, seed=0)
+
+
+def _tokenizer():
+    from spanuq.config import load_config
+    from spanuq.llm.loading import load_tokenizer
+
+    return load_tokenizer(load_config(None))
+
+
 def _labelled(labeller, prompt: Prompt, answer: str, samples: list[str]) -> dict[str, float]:
-    gen = Generation(prompt_id=prompt.id, backbone="smollm2-135m", prompt_text=prompt.text, chat_prompt="",
-                     greedy=Sample(text=answer, token_ids=[]), samples=[Sample(text=s, token_ids=[]) for s in samples],
-                     decoding={}, seed=0)
-    return {answer[c.start:c.end]: c.u for c in labeller.label(gen, prompt).claims}
+    return {answer[c.start:c.end]: c.u for c in labeller.label(_gen(prompt, answer, samples), prompt).claims}
 
 
 def test_a_row_with_sources_is_labelled_from_the_source_not_from_the_backbones_samples(make_cfg):
@@ -161,3 +175,26 @@ def test_own_answers_with_sources_get_their_own_calibration_which_the_scorer_pic
     # too few spans with sources: nothing fitted, and the report says why
     kept, info = calibrate_generated_with_context(probe, _examples(2, 0), own, cfg, "cpu")
     assert kept is own and not info["used"]
+
+
+def test_the_judge_labels_a_row_with_sources_against_its_passages_not_the_samples(make_cfg):
+    from judge_server import ScriptedJudge
+
+    from spanuq.label.stage import run_label
+    from spanuq.pipeline.files import read_records, write_jsonl
+    from spanuq.pipeline.paths import StagePaths
+    from spanuq.pipeline.records import LabeledResponse
+
+    source = "Canberra has been the capital of Australia since 1913."
+    row = Prompt(id="au", domain="longform_qa", text="What is the capital of Australia?", context=[source])
+    answer = "The capital of Australia is Canberra."
+    with ScriptedJudge(truths=("Canberra",)) as server:
+        cfg = make_cfg("label.method=judge", f"label.judge.base_url={server.base_url}", "label.judge.backoff_s=0.01")
+        paths = StagePaths.from_config(cfg)
+        write_jsonl(paths.prompts, [row])
+        write_jsonl(paths.generations, [_gen(row, answer, ["The capital of Australia is Sydney."] * 3)])
+        run_label(cfg, progress=False)
+        asked = json.dumps(server.requests)
+    label, = read_records(paths.labels, LabeledResponse)
+    assert {s.text: s.u for s in label.spans}["Canberra"] == 0.0 and label.with_context
+    assert source in asked and "Sydney" not in asked  # verified against the passage; the samples never read
