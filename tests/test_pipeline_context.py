@@ -198,3 +198,20 @@ def test_the_judge_labels_a_row_with_sources_against_its_passages_not_the_sample
     label, = read_records(paths.labels, LabeledResponse)
     assert {s.text: s.u for s in label.spans}["Canberra"] == 0.0 and label.with_context
     assert source in asked and "Sydney" not in asked  # verified against the passage; the samples never read
+
+
+def test_a_users_prompt_file_may_give_each_question_its_sources(tmp_path):
+    from spanuq.data.prompts import load_prompt_file
+
+    f = tmp_path / "rows.jsonl"
+    rows = [{"text": "When was the tower finished?", "context": ["The tower was finished in 1889."]},
+            {"text": "When was the tower finished?", "context": [{"id": "w", "text": "It opened in March 1889."}]},
+            {"text": "When was the tower finished?"}]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with_sources, other_sources, plain = load_prompt_file(f)
+    assert with_sources.context == ["The tower was finished in 1889."] and plain.context is None
+    assert len({with_sources.id, other_sources.id, plain.id}) == 3  # other sources: another prompt
+    assert "context" not in plain.model_dump(mode="json")  # a row without sources is written as before
+    f.write_text(json.dumps({"text": "When?", "context": []}) + "\n")
+    with pytest.raises(ValueError, match=r"rows.jsonl:1: context is an empty list"):
+        load_prompt_file(f)
