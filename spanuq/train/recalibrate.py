@@ -9,6 +9,9 @@ calibration (temperature, validity threshold, flag) is kept as the train stage f
     spanuq recalibrate --preset cpu-full -o paths.data=data-cpu-full            # the run's probe
     spanuq recalibrate --preset cpu-full -o paths.data=data-cpu-full --probe DIR  # another probe, same dev split
     spanuq recalibrate --grounded --probe DIR     # only the with-sources calibration, on grounded training pairs
+
+Where the run's dev split holds own answers read with sources (``prompts.grounded``), their mapping
+(``grounded.generated``, `context_calibration`) is refitted beside the given one.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from ..llm.loading import load_tokenizer, resolve_device
 from ..model.checkpoint import load_checkpoint, save_calibration
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
+from .context_calibration import calibrate_generated_with_context, split_context
 from .given_calibration import calibrate_given
 
 
@@ -30,8 +34,8 @@ def recalibrate(cfg: Config, probe_dir: str | Path | None = None) -> dict:
     run's dev given answers and rewrite its ``config.json``; returns what was fitted."""
     paths = StagePaths.from_config(cfg)
     probe_dir = Path(probe_dir) if probe_dir is not None else paths.probe
-    dev_given = load_examples(paths.features, paths.labels, ("dev",), given=True)
-    dev = load_examples(paths.features, paths.labels, ("dev",))
+    dev_given, _ = split_context(load_examples(paths.features, paths.labels, ("dev",), given=True))
+    dev, dev_context = split_context(load_examples(paths.features, paths.labels, ("dev",)))
     if not dev_given:
         raise ValueError(f"no given answers in the dev split of {paths.labels}: run the label stage with "
                          "label.given_swaps=true (or label.given_templates > 0) and extract first")
@@ -42,8 +46,12 @@ def recalibrate(cfg: Config, probe_dir: str | Path | None = None) -> dict:
                                         answers(load_tokenizer(cfg), dev_given), dev)
     if not info.get("used"):
         raise ValueError(f"no given-answer mapping could be fitted: {info.get('reason')}")
+    written = {"data": str(paths.root), "given": info}
+    if dev_context:  # own dev answers read with sources (`prompts.grounded`): their mapping too
+        calibration, written["grounded_generated"] = calibrate_generated_with_context(
+            ck.probe, dev_context, calibration, cfg, device, answers(load_tokenizer(cfg), dev_context))
     save_calibration(probe_dir, calibration)
-    write_json(probe_dir / "recalibration.json", {"data": str(paths.root), "given": info})
+    write_json(probe_dir / "recalibration.json", written)
     return info
 
 
