@@ -17,8 +17,10 @@ def _row(case: str) -> Prompt:
 
 
 def test_grounded_rows_come_from_the_training_pairs_never_the_bench_and_never_go_to_test():
+    from spanuq.bench.grounded import PAIRS, read_pairs
+
     rows = grounded_prompts(12, seed=0)
-    bench = {json.loads(line)["group"] for line in open("spanuq/bench/grounded/pairs.jsonl", encoding="utf-8")}
+    bench = {p.group for p in read_pairs(PAIRS)}
     assert len(rows) == 12 and all(p.context and p.split in ("train", "dev") for p in rows)
     assert {p.meta["grounded_case"] for p in rows} == {"ab", "c", "d"}
     assert not {p.meta["group"] for p in rows} & bench
