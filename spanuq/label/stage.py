@@ -229,10 +229,11 @@ def label_given_answers(cfg: Config, prompts: dict[str, Prompt], gens: list[Gene
 
 
 def given_answers_summary(records: list[LabeledResponse]) -> dict:
+    """What the given answers added (label report → ``given_answers``), per split and kind (the swapped
+    own answers, the templated ones, the grounded pairs' twins): answers, labelled spans, and spans
+    labelled wrong (u* = 1)."""
     from .answer_ids import given_kind
 
-    """What the given answers added (label report → ``given_answers``), per split and kind (the swapped
-    own answers, the templated ones): answers, labelled spans, and spans labelled wrong (u* = 1)."""
     out: dict = {}
     for r in records:
         kind = {"swap": "swap", "grounded": "grounded"}.get(given_kind(r.prompt_id), "templated")
