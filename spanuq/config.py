@@ -133,6 +133,9 @@ class PromptsConfig(_Section):
     # prompt files added to the training split only (answers other systems wrote, more styles:
     # `spanuq bench mushroom-prompts`); the run's own prompts are chosen and split as without them
     add_train: list[str] = Field(default_factory=list)
+    # questions with their sources from the grounded training pairs (spanuq/label/grounded/pairs.jsonl, never the
+    # bench's), added to train and dev (`spanuq.data.grounded`): the backbone answers with the sources in its input
+    grounded: int = Field(default=0, ge=0)
 
 
 class VLLMConfig(_Section):
@@ -337,9 +340,10 @@ class TrainConfig(_Section):
     device: str = "auto"
     # which of the label stage's given answers (`label.given_swaps`, `label.given_templates`, on the splits
     # `label.given_splits`) the probe trains on: ``swap`` (own answers with the slot swapped), ``template``
-    # (templated short answers); none by default: trained on swaps, the probe learnt the training swaps
+    # (templated short answers), ``grounded`` (the grounded pairs' twins read with their sources, `prompts.grounded`);
+    # none by default: trained on swaps, the probe learnt the training swaps
     # rather than what the backbone knows (docs/results.md)
-    given_kinds: list[Literal["swap", "template"]] = Field(default_factory=list)
+    given_kinds: list[Literal["swap", "template", "grounded"]] = Field(default_factory=list)
 
 
 class EvaluateConfig(_Section):

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 
 # gpu-paper, shrunk to minutes on a CPU: fewer and shorter answers, a small probe, few epochs
-SHRINK = ["prompts.source=bundled", "prompts.n_prompts=16", "prompts.split_sizes=null",
+SHRINK = ["prompts.source=bundled", "prompts.n_prompts=16", "prompts.grounded=0", "prompts.split_sizes=null",
           "backbone.layers=[1,2]", "generate.backend=hf", "generate.n_samples=2", "generate.max_new_tokens=16",
           "generate.sample_max_new_tokens=16", "generate.batch_size=8", "label.alignment=embedding",
           "label.judge.model=scripted-judge", "label.judge.backoff_s=0.01", "label.judge.concurrency=8",

@@ -158,7 +158,7 @@ def test_pipeline_flow_runs_a_vllm_stage_in_its_own_process(qwen3, standin, tmp_
 
     overrides = [f"paths.data={tmp_path / 'data'}", f"paths.cache={tmp_path / 'cache'}", "backbone.name=qwen3-8b",
                  f"paths.models={Path(qwen3().paths.models)}", "backbone.layers=[1,2]", "backbone.system_prompt=null",
-                 "generate.stop=[]", "prompts.n_prompts=3", *VLLM]
+                 "generate.stop=[]", "prompts.n_prompts=3", "prompts.grounded=0", *VLLM]
     cfg = qwen3(*overrides)
     run_stage("prompts", cfg, progress=False)
     held, _ = load_backbone(cfg)
@@ -175,7 +175,7 @@ def test_sweep_coordinator_extracts_features_in_a_child_process(qwen3, tmp_path,
     from spanuq.stages import run_stage
     from spanuq.sweep.trial import ensure_features, features_dir
 
-    cfg = qwen3("prompts.n_prompts=2", "generate.backend=hf", "generate.n_samples=1", "generate.max_new_tokens=5",
+    cfg = qwen3("prompts.n_prompts=2", "prompts.grounded=0", "generate.backend=hf", "generate.n_samples=1", "generate.max_new_tokens=5",
                 "generate.sample_max_new_tokens=5", "backbone.layers=[1]")
     run_stage("prompts", cfg, progress=False)
     run_generate(cfg, progress=False)

@@ -44,7 +44,7 @@ VENV = Path(sys.prefix)
 BIN = Path(sys.executable).parent
 BB = "smollm2-135m"
 # the user's tiny pipeline run (docs/orchestration.md shows the same command)
-PIPELINE_SETS = ["prompts.n_prompts=24", "generate.n_samples=2", "generate.max_new_tokens=24",
+PIPELINE_SETS = ["prompts.n_prompts=24", "prompts.grounded=0", "generate.n_samples=2", "generate.max_new_tokens=24",
                  "generate.sample_max_new_tokens=24", "generate.batch_size=8",
                  "prompts.split_fractions={train: 0.5, dev: 0.25, test: 0.25}"]
 # the user's sweep file: 2 layer sets (one extracted by the pipeline, one by the sweep) x 4

@@ -51,7 +51,7 @@ def test_killing_dvc_repro_during_generation_then_rerunning_resumes(repo_root, t
     the launched servers, which must not outlive the stage): the re-run generates only the rest."""
     pytest.importorskip("llama_cpp")
     repo = _copy_repo(repo_root, tmp_path / "repo", {
-        "prompts.n_prompts": 6, "generate.n_samples": 2, "generate.max_new_tokens": 16,
+        "prompts.n_prompts": 6, "prompts.grounded": 0, "generate.n_samples": 2, "generate.max_new_tokens": 16,
         "generate.batch_size": 1, "generate.backend": backend,
     })
     cache = repo / ".cache/spanuq/smollm2-135m/generate"
@@ -87,7 +87,7 @@ def test_dvc_repro_runs_the_six_stages_end_to_end_and_reruns_only_what_a_param_t
     """The whole spine on a tiny config: prompts → generate → label → extract → train → evaluate."""
     pytest.importorskip("llama_cpp")
     repo = _copy_repo(repo_root, tmp_path / "repo", {
-        "prompts.n_prompts": 16, "generate.n_samples": 2, "generate.max_new_tokens": 24,
+        "prompts.n_prompts": 16, "prompts.grounded": 0, "generate.n_samples": 2, "generate.max_new_tokens": 24,
         "train.warmup_epochs": 2, "train.joint_epochs": 2, "evaluate.bootstrap": 20,
     })
     env = {**_env(), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
@@ -130,7 +130,7 @@ def test_dvc_repro_runs_the_six_stages_end_to_end_and_reruns_only_what_a_param_t
     user.write_text("".join(json.dumps({"text": t, "domain": "triviaqa", "references": r, "split": "test"}) + "\n" for t, r in [
         ("Which planet is known as the Red Planet?", ["Mars"]), ("Who painted the Mona Lisa?", ["Leonardo da Vinci"]),
         ("What is the capital of Australia?", ["Canberra"]), ("Which metal is liquid at room temperature?", ["mercury"])]))
-    over = [f"paths.data={tmp_path / 'user'}", "prompts.source=file", f"prompts.file={user}", "prompts.n_prompts=null",
+    over = [f"paths.data={tmp_path / 'user'}", "prompts.source=file", f"prompts.file={user}", "prompts.n_prompts=null", "prompts.grounded=0",
             "prompts.split_by=prompts", f"evaluate.probe_from={repo / 'data'}",
             "baselines.methods=[surface_prior,token_entropy,mlp_probe]", "baselines.detectors=[]", "baselines.cost_answers=0"]
     for stage in ("prompts", "generate", "label", "extract", "evaluate", "baselines"):

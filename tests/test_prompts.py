@@ -198,7 +198,7 @@ def test_a_short_domain_is_filled_from_the_others(bundled):
 
 # ------------------------------------------------------------------ the stage
 def test_run_prompts_writes_prompts_and_a_report(make_cfg):
-    cfg = make_cfg("prompts.n_prompts=120", "prompts.seed=3", "prompts.split_fractions={train: 0.6, dev: 0.15, test: 0.25}")
+    cfg = make_cfg("prompts.grounded=0", "prompts.n_prompts=120", "prompts.seed=3", "prompts.split_fractions={train: 0.6, dev: 0.15, test: 0.25}")
     out = run_prompts(cfg, progress=False)
     assert out == Path(cfg.paths.data) / "prompts.jsonl"
     prompts = read_records(out, Prompt)
@@ -215,13 +215,13 @@ def test_run_prompts_writes_prompts_and_a_report(make_cfg):
 
 
 def test_split_sizes_are_honoured_exactly(make_cfg):
-    cfg = make_cfg("prompts.n_prompts=200", "prompts.split_sizes={train: 150, dev: 10, test: 40}")
+    cfg = make_cfg("prompts.grounded=0", "prompts.n_prompts=200", "prompts.split_sizes={train: 150, dev: 10, test: 40}")
     prompts = read_records(run_prompts(cfg, progress=False), Prompt)
     assert Counter(p.split for p in prompts) == {"train": 150, "dev": 10, "test": 40}
 
 
 def test_cpu_full_draws_every_bundled_prompt_over_1000_training_answers(make_cfg, bundled):
-    cfg = make_cfg("preset=cpu-full")
+    cfg = make_cfg("prompts.grounded=0", "preset=cpu-full")
     prompts = read_records(run_prompts(cfg, progress=False), Prompt)
     assert len(prompts) == 1499 == len(bundled)
     assert sum(p.split == "train" for p in prompts) == 1079 and sum(p.split == "test" for p in prompts) == 270
@@ -232,7 +232,7 @@ def test_the_cli_runs_the_prompts_stage_without_torch(tmp_path, repo_root):
     code = (
         "import sys; from spanuq.cli import main; "
         f"rc = main(['prompts', '--no-progress', '-p', {str(repo_root / 'params.yaml')!r}, "
-        f"'-o', 'paths.data={tmp_path / 'data'}', '-o', 'prompts.n_prompts=30']); "
+        f"'-o', 'paths.data={tmp_path / 'data'}', '-o', 'prompts.n_prompts=30', '-o', 'prompts.grounded=0']); "
         "print('TORCH', 'torch' in sys.modules); sys.exit(rc)"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -344,15 +344,15 @@ def test_run_prompts_on_a_users_file_keeps_its_splits(make_cfg, tmp_path):
     lines = [{"text": f"Question number {i}?", "domain": "triviaqa" if i % 2 else "eli5"} for i in range(40)]
     lines[0]["split"] = "test"
     f.write_text("\n".join(json.dumps(x) for x in lines), encoding="utf-8")
-    prompts = read_records(run_prompts(make_cfg("prompts.source=file", f"prompts.file={f}",
+    prompts = read_records(run_prompts(make_cfg("prompts.grounded=0", "prompts.source=file", f"prompts.file={f}",
                                                 "prompts.n_prompts=null"), progress=False), Prompt)
     assert [p.text for p in prompts] == [x["text"] for x in lines]  # the whole file, in file order
     assert prompts[0].split == "test" and all(p.split for p in prompts)
-    sub = read_records(run_prompts(make_cfg("prompts.source=file", f"prompts.file={f}", "prompts.n_prompts=10"),
+    sub = read_records(run_prompts(make_cfg("prompts.grounded=0", "prompts.source=file", f"prompts.file={f}", "prompts.n_prompts=10"),
                                    progress=False), Prompt)
     assert Counter(p.domain for p in sub) == {"triviaqa": 5, "eli5": 5}  # the file's own mix
     with pytest.raises(ValueError, match="prompts.file"):
-        run_prompts(make_cfg("prompts.source=file"), progress=False)
+        run_prompts(make_cfg("prompts.grounded=0", "prompts.source=file"), progress=False)
 
 
 # ------------------------------------------------------------------ splits
@@ -523,7 +523,7 @@ def test_run_prompts_from_the_hub_with_fixture_rows(make_cfg, monkeypatch):
         return rows(FIXTURE_FILES[ds.path])
 
     monkeypatch.setattr(hub, "load_rows", fake_load_rows)
-    cfg = make_cfg("prompts.source=hub", "prompts.n_prompts=20")
+    cfg = make_cfg("prompts.grounded=0", "prompts.source=hub", "prompts.n_prompts=20")
     prompts = read_records(run_prompts(cfg, progress=False), Prompt)
     assert len(prompts) == 20 and all(p.split for p in prompts)
     assert ("mandarjoshi/trivia_qa", "unfiltered.nocontext", "train", None) in calls
@@ -536,7 +536,7 @@ def test_run_prompts_from_the_hub_with_fixture_rows(make_cfg, monkeypatch):
 def test_the_hub_offline_error_points_to_the_bundled_set(make_cfg, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    cfg = make_cfg("prompts.source=hub", "prompts.n_prompts=10", f"prompts.hub.cache_dir={tmp_path / 'hf'}")
+    cfg = make_cfg("prompts.grounded=0", "prompts.source=hub", "prompts.n_prompts=10", f"prompts.hub.cache_dir={tmp_path / 'hf'}")
     with pytest.raises(RuntimeError) as e:
         run_prompts(cfg, progress=False)
     assert "google-research-datasets/nq_open" in str(e.value) and "prompts.source=bundled" in str(e.value)
@@ -561,8 +561,8 @@ def test_prompts_added_to_train_stay_there_and_leave_the_runs_own_split_unchange
     extra.write_text("".join(json.dumps({"id": f"other-{i}", "text": "Who painted Guernica?", "split": "test",
                                          "response": f"Answer {i}: Picasso."}) + "\n" for i in range(6)))
     base = ("prompts.n_prompts=40", "prompts.split_fractions={train: 0.6, dev: 0.15, test: 0.25}")
-    without = read_records(run_prompts(make_cfg(*base), progress=False), Prompt)
-    cfg = make_cfg(*base, f"prompts.add_train=[{extra}]")
+    without = read_records(run_prompts(make_cfg("prompts.grounded=0", *base), progress=False), Prompt)
+    cfg = make_cfg("prompts.grounded=0", *base, f"prompts.add_train=[{extra}]")
     with_added = read_records(run_prompts(cfg, progress=False), Prompt)
     assert with_added[:40] == without and len(with_added) == 46
     assert {p.split for p in with_added[40:]} == {"train"}  # the file said test: train only wins
@@ -576,4 +576,4 @@ def test_prompts_added_to_train_stay_there_and_leave_the_runs_own_split_unchange
     assign_label_splits(cfg, b, {p.id: p for p in with_added})
     assert [r.split for r in b[:40]] == [r.split for r in a] and {r.split for r in b[40:]} == {"train"}
     with pytest.raises(ValueError, match="appears twice"):
-        run_prompts(make_cfg(*base, f"prompts.add_train=[{extra},{extra}]"), progress=False)
+        run_prompts(make_cfg("prompts.grounded=0", *base, f"prompts.add_train=[{extra},{extra}]"), progress=False)

@@ -235,7 +235,7 @@ def test_a_sweep_with_no_pipeline_run_makes_its_data_first_then_runs_its_trials(
     storage, tracking = f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
     summary = run_sweep(spec, storage, [
         f"paths.data={tmp_path / 'data'}", f"paths.cache={tmp_path / 'cache'}", f"mlflow.tracking_uri={tracking}",
-        "prompts.n_prompts=10", "generate.backend=hf", "generate.n_samples=2", "generate.max_new_tokens=32",
+        "prompts.n_prompts=10", "prompts.grounded=0", "generate.backend=hf", "generate.n_samples=2", "generate.max_new_tokens=32",
         "generate.sample_max_new_tokens=32"])
     root = tmp_path / "data" / "smollm2-135m"
     assert (root / "generations.jsonl").exists() and (root / "labels.jsonl").exists()

@@ -13,7 +13,8 @@ Three sources (``prompts.source``):
 prefix of a larger one, and a domain that runs short is filled from the others.
 Each prompt then gets a provisional split stratified by domain
 (:func:`spanuq.data.splits.assign_splits`); the label stage re-stratifies by
-domain x uncertainty bin.  Writes ``data/prompts.jsonl`` and ``data/prompts_report.json``.
+domain x uncertainty bin.  ``prompts.grounded: N`` adds N questions with their sources from the
+grounded training pairs (:mod:`spanuq.data.grounded`), in train and dev only.  Writes ``data/prompts.jsonl`` and ``data/prompts_report.json``.
 
 This module must stay light: ``spanuq prompts`` imports neither torch nor transformers.
 """
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 DOMAINS: tuple[str, ...] = get_args(Domain)
 PAPER_N_PROMPTS = 19_994  # the paper's benchmark size (train 17,494 + dev 500 + test 2,000)
 BIO_TEMPLATES = ("Write a biography of {}.", "Tell me a bio of {}.", "Tell me about {}.")
-FILE_COLUMNS = ("id", "domain", "text", "references", "split", "meta", "response")
+FILE_COLUMNS = ("id", "domain", "text", "references", "split", "meta", "response", "context")
 
 
 # ------------------------------------------------------------------ bundled set
@@ -152,12 +153,16 @@ def _row_to_prompt(row: dict[str, Any], where: str, max_chars: int, csv_row: boo
     elif len(response) > max_chars:
         raise ValueError(f"{where}: `response` has {len(response):,} characters, more than the limit of "
                          f"{max_chars:,} (prompts.max_chars)")
+    context = parse_context(row.get("context"), where, csv_cell=csv_row)
     pid = row.get("id")
     if isinstance(pid, (int, float)) and not isinstance(pid, bool):
         pid = str(pid)
     if pid is not None and not isinstance(pid, str):
         raise ValueError(f"{where}: `id` must be a string, got {type(pid).__name__}")
-    pid = (pid or "").strip() or content_id(text if response is None else text + "\x1f" + response, domain)
+    keyed = text if response is None else text + "\x1f" + response
+    if context is not None:  # the same question with other sources is another prompt
+        keyed += "\x1f" + json.dumps(context, ensure_ascii=False, sort_keys=True)
+    pid = (pid or "").strip() or content_id(keyed, domain)
     meta: dict[str, str] = {"source": "file"}
     extra = row.get("meta")
     if isinstance(extra, str) and csv_row and extra.strip().startswith("{"):
@@ -172,7 +177,29 @@ def _row_to_prompt(row: dict[str, Any], where: str, max_chars: int, csv_row: boo
     for k, v in row.items():  # any other column is kept as metadata
         if k not in FILE_COLUMNS and k is not None and v not in (None, ""):
             meta[str(k)] = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-    return Prompt(id=pid, domain=domain, text=text, references=refs, split=split, meta=meta, response=response)
+    return Prompt(id=pid, domain=domain, text=text, references=refs, split=split, meta=meta, response=response,
+                  context=context)
+
+
+def parse_context(value: Any, where: str, csv_cell: bool = False) -> list | None:
+    """A row's ``context`` (sources: a list of passages, `spanuq.context.passages`; in a CSV cell, a JSON
+    list), checked as the scorer checks a request's; None when the row has none."""
+    from ..context.passages import ContextError, as_passages
+    from ..config import ScoreConfig
+
+    if value is None or (csv_cell and isinstance(value, str) and not value.strip()):
+        return None
+    if csv_cell and isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(f"{where}: `context` must be a JSON list of passages in a CSV cell") from None
+    limits = ScoreConfig()
+    try:
+        as_passages(value, limits.max_context_chars, limits.max_context_passages)
+    except ContextError as e:
+        raise ValueError(f"{where}: {e}") from None
+    return list(value)
 
 
 def _iter_jsonl_rows(path: Path, text: str) -> Iterable[tuple[int, dict]]:
@@ -220,7 +247,8 @@ def load_prompt_file(path: str | Path, max_chars: int = 20_000) -> list[Prompt]:
     ``split`` (train|dev|test, kept as given); ``meta`` (an object); ``response`` (an answer
     written elsewhere: it is labelled and read teacher-forced instead of the backbone's own
     answer, and the default id covers it, so one question may come with several answers);
-    any other column is kept in ``meta``.  Text may be in any language (UTF-8).
+    ``context`` (sources: a list of passages, strings or ``{"text", "id"?, "title"?}``; the backbone
+    answers with them in its input and the label comes from them, docs/labels.md); any other column is kept in ``meta``.  Text may be in any language (UTF-8).
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -325,6 +353,8 @@ def prompts_report(prompts: list[Prompt], pcfg: PromptsConfig) -> dict[str, Any]
         # prompts (or their given answers) clearly in another language than the teacher's and the probe's
         # English (spanuq.data.language)
         "other_languages": other_languages(prompts),
+        # rows with sources in the backbone's input (a user's `context`, `prompts.grounded`)
+        **({"with_context": sum(p.context is not None for p in prompts)} if any(p.context for p in prompts) else {}),
     }
 
 
@@ -356,7 +386,10 @@ def added_to_train(pcfg: PromptsConfig) -> list[Prompt]:
 def run_prompts(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: write ``data/prompts.jsonl`` and ``data/prompts_report.json``."""
     pcfg = cfg.prompts
-    prompts = with_splits(build_prompts(pcfg, progress=progress), pcfg) + added_to_train(pcfg)
+    from .grounded import grounded_prompts
+
+    prompts = (with_splits(build_prompts(pcfg, progress=progress), pcfg) + added_to_train(pcfg)
+               + grounded_prompts(pcfg.grounded, pcfg.seed))
     seen: dict[str, str] = {}
     for p in prompts:
         if p.id in seen:

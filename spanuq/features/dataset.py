@@ -129,6 +129,8 @@ def load_examples(features_dir, labels_path, splits: tuple[str, ...] | None = No
         spans = torch.tensor([[s.tok_start, s.tok_end] for s in rec.spans], dtype=torch.long).reshape(-1, 2)
         u = torch.tensor([s.u for s in rec.spans], dtype=torch.float32)
         meta = {"unplaced": rec.unplaced}
+        if rec.with_context:  # read after its prompt's sources (`Prompt.context`): calibrated apart
+            meta["context"] = True
         slot = next((k for k, s in enumerate(rec.spans) if s.claim_id.endswith(":slot")), None)
         if slot is not None:  # a given answer's planted or reference slot (`spanuq.label.given`)
             meta["slot"] = slot

@@ -3,7 +3,10 @@
 Per-prompt results are cached by content hash (backbone, chat prompt, decoding
 settings, seed), so a killed run resumes where it stopped and a re-run with the
 same params makes no model call; raising or lowering S (`generate.n_samples`) reuses
-the samples already drawn where each sample has its own seed.  Empty and truncated
+the samples already drawn where each sample has its own seed.  A prompt row with
+``context`` (sources) is answered with them rendered into the backbone's input exactly as
+`SpanUQ.score(..., context=...)` renders them (`spanuq.context.chat`), on every backend:
+each backend decodes the rendered string it is given.  Empty and truncated
 answers are recorded, not dropped: downstream stages decide what to do with them and
 the report counts them.
 """
@@ -19,6 +22,7 @@ from typing import Iterator
 from tqdm.auto import tqdm
 
 from ..config import Config
+from ..context.chat import context_chat
 from ..llm.loading import chat_prompt, load_tokenizer, response_token_ids
 from ..pipeline.cache import ItemCache, content_hash
 from ..pipeline.files import read_records, write_json, write_jsonl
@@ -195,7 +199,9 @@ def generate_all(cfg: Config, prompts: list[Prompt], generator: Generator | None
     tok = load_tokenizer(cfg)
     dec = decoding_settings(cfg)
     n = cfg.generate.n_samples
-    chats = [chat_prompt(tok, p.text, cfg.backbone.system_prompt) for p in prompts]
+    # a prompt with sources (`Prompt.context`) is answered with them in its input, rendered as the scorer does
+    chats = [chat_prompt(tok, p.text, cfg.backbone.system_prompt) if p.context is None
+             else context_chat(tok, p.text, p.context, cfg.backbone.system_prompt) for p in prompts]
     key = lambda chat, s: content_hash({"backbone": cfg.backbone.name, "chat": chat,  # noqa: E731
                                         "decoding": {**dec, "n_samples": s}, "seed": cfg.generate.seed, "v": 1})
     keys = [key(c, n) for c in chats]

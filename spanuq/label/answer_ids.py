@@ -19,16 +19,18 @@ def is_given(answer: str) -> bool:
     return MARK in answer
 
 
-GIVEN_KINDS = ("swap", "template")
+GIVEN_KINDS = ("swap", "template", "grounded")
+GROUNDED_TAG = "src-"  # a grounded pair's twin read with its sources: ``src-<pair id>-r`` / ``-w``
 
 
 def given_kind(answer: str) -> str | None:
-    """``swap`` (the backbone's own answer, its slot swapped) or ``template`` (a templated short
-    answer, ``t<k>r`` / ``t<k>w``) for a given answer's id; None for any other answer."""
+    """``swap`` (the backbone's own answer, its slot swapped), ``template`` (a templated short
+    answer, ``t<k>r`` / ``t<k>w``) or ``grounded`` (a grounded pair's twin, `spanuq.label.grounded_given`)
+    for a given answer's id; None for any other answer."""
     head, sep, tag = answer.rpartition(MARK)
     if not sep:
         return None
-    return "swap" if tag == "swap" else "template"
+    return "swap" if tag == "swap" else "grounded" if tag.startswith(GROUNDED_TAG) else "template"
 
 
 def parent_id(answer: str) -> str:

@@ -101,7 +101,8 @@ def given_answers(cfg: LabelConfig, prompts: dict[str, Prompt], gens: list[Gener
 
     split = {r.prompt_id: r.split for r in records if r.status == "ok"}
     chosen = [g for g in gens if split.get(g.prompt_id) in cfg.given_splits
-              and prompts[g.prompt_id].domain in FACTOID and prompts[g.prompt_id].references]
+              and prompts[g.prompt_id].domain in FACTOID and prompts[g.prompt_id].references
+              and prompts[g.prompt_id].context is None]  # rows with sources: their pairs' twins (grounded_given.py)
     refs = {g.prompt_id: next(r for r in prompts[g.prompt_id].references if r.strip()) for g in chosen}
     labels = {g.prompt_id: (d.ents[0].label_ if d.ents else None)
               for g, d in zip(chosen, nlp.pipe([refs[g.prompt_id] for g in chosen]))}

@@ -64,7 +64,8 @@ class JudgeLabeller:
         if not answer.strip():
             return LabelResult([], "empty")
         question = prompt.text
-        texts = [answer] + [s.text for s in gen.samples]
+        # a row with sources is labelled from them alone (docs/labels.md): its samples are not decomposed
+        texts = [answer] + ([s.text for s in gen.samples] if prompt.context is None else [])
         outs = self.judge.ask_many(DECOMPOSE, [{"question": question, "answer": t} for t in texts])
         _raise_transient(outs)
         stats = {"repaired": 0, "dropped": 0, "decompose_failures": 0, "decompose_by_sentence": 0,
@@ -82,6 +83,8 @@ class JudgeLabeller:
         stats["prompt_copies"] = len(dec.claims) - len(own)
         if not own:
             return LabelResult([], "no_claims", stats=stats)
+        if prompt.context is not None:
+            return self._from_source(gen, prompt, own, stats)
         samples, sample_claims = [], []
         for sample, out in zip(gen.samples, outs[1:]):
             cl = claim_texts(out) if isinstance(out, Decomposition) else None
@@ -127,6 +130,21 @@ class JudgeLabeller:
                 continue
             claims.append(Claim(id=f"{gen.prompt_id}:{k}", prompt_id=gen.prompt_id, text=c.text, start=c.start,
                                 end=c.end, support=votes, evidence=sorted(set(evidence)), repaired=c.repaired))
+        return LabelResult(claims, "ok" if claims else "no_claims", stats=stats)
+
+    def _from_source(self, gen: Generation, prompt: Prompt, own: list, stats: dict) -> LabelResult:
+        """An answer given with sources: each claim's one vote is the judge's verdict against the row's
+        passages (supported 1, unsupported 0, ambiguous 0.5); a claim whose verification failed is left out."""
+        from ..context.passages import as_passages
+        from .verify import verify_against
+
+        passages = as_passages(prompt.context, 10**9, 10**6)  # checked by the prompts stage
+        results = verify_against(self.judge, [c.text for c in own], passages)
+        _raise_transient(results)
+        stats["verify_failures"] = sum(isinstance(v, JudgeFailure) for v in results)
+        claims = [Claim(id=f"{gen.prompt_id}:{k}", prompt_id=gen.prompt_id, text=c.text, start=c.start, end=c.end,
+                        support=[v.score], evidence=["source:" + v.verdict, *v.evidence], repaired=c.repaired)
+                  for k, (c, v) in enumerate(zip(own, results)) if isinstance(v, Verification)]
         return LabelResult(claims, "ok" if claims else "no_claims", stats=stats)
 
     def _decompose_by_sentence(self, question: str, answer: str) -> DecomposeResult:

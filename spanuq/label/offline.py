@@ -50,6 +50,21 @@ and no Wikipedia dump.  For one greedy answer with S samples:
    samples (`likelihood.py`): u*_k = 1 − (Σ_s support_s(k) + w·p̄_k) / (S_k + w).  A claim
    the reference rule calls wrong keeps u* = 1.
 
+**Rows with sources** (a prompt with ``context``: the backbone answered with the passages in its
+input).  The label comes from the source, not from what the backbone would say again: the passages
+are the only voter (the samples are not read), each claim's u* = 1 − support in the source:
+
+    u* = 0    the claim's terms are in the source and a source sentence is close to it (step 2)
+    u* = 0.5  its terms are in the source, said in another context (`SOURCE_PARTIAL`)
+    u* = 1    the source does not name it
+
+and the reference rule (step 3) decides the answer slot where the row carries references: a row's
+references are the facts its source states (the grounded rows' right value, in the source's words or
+others, `spanuq.data.grounded`), so a slot naming one gets u* = 0 and an answer candidate of the asked
+kind that names none (a value the source contradicts, even one the source mentions elsewhere) u* = 1.
+A row without references whose source is silent on the fact labels it from the source alone: unsupported.
+Likelihood votes and the truth check are left out (they read the backbone, not the source).
+
 What this measures: mostly *self-consistency* (would the model say this again?)
 plus reference checks on the answer slot.  What it misses: a claim the model
 states consistently but wrongly, where no reference covers it, gets a low u*.
@@ -74,6 +89,8 @@ from .truth import truth_row
 from .units import Unit, extract_units, load_spacy
 
 VERSION = 4  # bump when the rules change: keys the per-item cache
+# a claim whose terms the source names in another context: neither stated nor absent (u* = 0.5, counted wrong)
+SOURCE_PARTIAL = 0.5
 FACTOID_DOMAINS = {"triviaqa", "longform_qa"}
 
 
@@ -242,6 +259,8 @@ class OfflineLabeller:
         stats = {"units": len(found), "prompt_copies": len(found) - len(units)}
         if not units:
             return LabelResult([], "no_claims", stats=stats)
+        if prompt.context is not None:
+            return self._from_source(gen, prompt, units, stats)
         gen_samples = [s for s in gen.samples if s.finish_reason != "error"]
         samples = [s.text for s in gen_samples]
         if not samples:
@@ -295,6 +314,30 @@ class OfflineLabeller:
         stats.update(reference_match=sum(v == "match" for v in verdicts.values()),
                      reference_mismatch=sum(v == "mismatch" for v in verdicts.values()))
         return LabelResult(claims, "ok" if claims else "no_claims", stats=stats, truth=truth)
+
+    def _from_source(self, gen: Generation, prompt: Prompt, units: list[Unit], stats: dict) -> LabelResult:
+        """The labels of an answer given with sources (module docstring, "Rows with sources"): one vote per
+        claim, the source's, instead of the samples'."""
+        source = "\n".join(p if isinstance(p, str) else p["text"] for p in prompt.context)
+        sentences = self.sentences.many([source], lambda texts: split_sentences(self.nlp, texts))
+        own_terms = [u.terms if u.kind in ("entity", "number") else None for u in units]
+        close, _ = self._closeness([u.text for u in units], sentences, prompt.text, own_terms)
+        index = TextIndex(source)
+        refs = [r for r in prompt.references if r.strip()]
+        verdicts = reference_verdicts(units, gen.greedy.text, prompt, self.cfg.term_min_score, self.nlp) if refs else {}
+        claims = []
+        for k, u in enumerate(units):
+            verdict = verdicts.get(k)
+            if verdict is not None:  # the reference is what the source states (in its words or others)
+                vote_, said = (1.0 if verdict == "match" else 0.0), f"reference:{verdict}"
+            else:
+                vote_ = term_support(u, index, bool(close[k, 0]), self.cfg.term_min_score, SOURCE_PARTIAL)
+                said = {1.0: "source:states", 0.0: "source:silent"}.get(vote_, "source:mentions")
+            claims.append(Claim(id=f"{gen.prompt_id}:{k}", prompt_id=gen.prompt_id, text=u.text, start=u.start,
+                                end=u.end, support=[vote_], evidence=[said]))
+        stats.update(from_source=len(claims), reference_match=sum(v == "match" for v in verdicts.values()),
+                     reference_mismatch=sum(v == "mismatch" for v in verdicts.values()))
+        return LabelResult(claims, "ok" if claims else "no_claims", stats=stats)
 
     def _closeness(self, claims: list[str], sentences: list[list[str]], context: str = "",
                    terms: list | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -65,11 +65,14 @@ def label_key(cfg: Config, labeller, gen: Generation, prompt: Prompt) -> str:
     lc["judge"] = {k: v for k, v in lc["judge"].items() if k not in _JUDGE_NOT_IN_KEY}
     if labeller.name == "offline":
         lc.pop("judge")
-    return content_hash({
+    key = {
         "labeller": labeller.name, "version": labeller.version, "label": lc,
         "prompt": [prompt.text, prompt.domain, prompt.references],
         "greedy": gen.greedy.text, "samples": [[s.text, s.finish_reason] for s in gen.samples],
-    })
+    }
+    if prompt.context is not None:  # labelled from its sources (a row without keeps its key)
+        key["context"] = prompt.context
+    return content_hash(key)
 
 
 @contextmanager
@@ -164,7 +167,7 @@ def build_records(gens: list[Generation], prompts: dict[str, Prompt], results: l
             prompt_id=g.prompt_id, domain=prompts[g.prompt_id].domain, split="train", response=g.greedy.text,
             n_tokens=len(g.greedy.token_ids), spans=spans,
             u_seq=sum(s.u for s in spans) / len(spans) if spans else None, status=status, error=res.error,
-            unplaced=lost))
+            unplaced=lost, with_context=prompts[g.prompt_id].context is not None))
     return records, lost_total
 
 
@@ -179,7 +182,10 @@ def assign_label_splits(cfg: Config, records: list[LabeledResponse], prompts: di
     added = [r for r in records if prompts[r.prompt_id].train_only]  # prompts.add_train: always train
     for r in added:
         r.split = "train"
-    own = [r for r in records if not prompts[r.prompt_id].train_only]
+    for r in records:  # prompts.grounded: the prompts stage's train or dev, by subject (`spanuq.data.grounded`)
+        if prompts[r.prompt_id].grounded:
+            r.split = prompts[r.prompt_id].split or "train"
+    own = [r for r in records if not (prompts[r.prompt_id].train_only or prompts[r.prompt_id].grounded)]
     strata = [f"{r.domain}|{u_bin(r.u_seq, cfg.label.uncertainty_bins)}" for r in own]
     target = cfg.prompts.split_sizes or cfg.prompts.split_fractions
     for r, s in zip(own, assign_splits(own, strata, target, cfg.prompts.seed)):
@@ -208,22 +214,29 @@ def label_sample_answers(cfg: Config, prompts: dict[str, Prompt], gens: list[Gen
 def label_given_answers(cfg: Config, prompts: dict[str, Prompt], gens: list[Generation],
                         records: list[LabeledResponse], results: list[LabelResult], tokenizer
                         ) -> tuple[list[LabeledResponse], list[Claim]]:
-    """The given answers of the prompts of `label.given_splits` (`given.py`): their label rows and claims."""
+    """The given answers of the prompts of `label.given_splits` (`given.py`; of grounded rows, their pairs'
+    twins: `grounded_given.py`): their label rows and claims."""
     from .given import given_answers
+    from .grounded_given import grounded_given_answers
     from .units import load_spacy
 
+    twins = grounded_given_answers(cfg.label, prompts, records, tokenizer)
     if not (cfg.label.given_swaps or cfg.label.given_templates):
-        return [], []
+        return twins
     claims = {g.prompt_id: r.claims for g, r in zip(gens, results)}
-    return given_answers(cfg.label, prompts, gens, records, claims, tokenizer, load_spacy(cfg.label.spacy_model))
+    rows, cs = given_answers(cfg.label, prompts, gens, records, claims, tokenizer, load_spacy(cfg.label.spacy_model))
+    return rows + twins[0], cs + twins[1]
 
 
 def given_answers_summary(records: list[LabeledResponse]) -> dict:
     """What the given answers added (label report → ``given_answers``), per split and kind (the swapped
-    own answers, the templated ones): answers, labelled spans, and spans labelled wrong (u* = 1)."""
+    own answers, the templated ones, the grounded pairs' twins): answers, labelled spans, and spans
+    labelled wrong (u* = 1)."""
+    from .answer_ids import given_kind
+
     out: dict = {}
     for r in records:
-        kind = "swap" if r.prompt_id.endswith("@given-swap") else "templated"
+        kind = {"swap": "swap", "grounded": "grounded"}.get(given_kind(r.prompt_id), "templated")
         cell = out.setdefault(r.split, {}).setdefault(kind, {"answers": 0, "spans": 0, "wrong": 0})
         cell["answers"] += 1
         cell["spans"] += len(r.spans)

@@ -89,3 +89,13 @@ def verify_claims(judge: Judge, retriever: BM25Retriever | None, claims: list[st
     return [o if isinstance(o, JudgeFailure)
             else Verification(o.verdict, VERDICT_SCORE[o.verdict], tuple(p.id for p, _ in h))
             for o, h in zip(outs, hits)]
+
+
+def verify_against(judge: Judge, claims: list[str], passages: list[Passage]) -> list[Verification | JudgeFailure]:
+    """One verdict per claim against the given ``passages`` (a prompt row's sources: every claim is shown
+    all of them, no retrieval), order kept."""
+    shown = format_passages([(p, 1.0) for p in passages])
+    outs = judge.ask_many(VERIFY, [{"claim": c, "passages": shown} for c in claims])
+    ids = tuple(p.id for p in passages)
+    return [o if isinstance(o, JudgeFailure) else Verification(o.verdict, VERDICT_SCORE[o.verdict], ids)
+            for o in outs]

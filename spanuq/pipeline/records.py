@@ -42,6 +42,15 @@ class Prompt(_Record):
     # an answer written elsewhere (another model, a person): the generate stage reads it
     # teacher-forced in place of the backbone's greedy answer; the samples still come from the backbone
     response: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # sources the backbone answers (and is read) with: passages, each a string or {"text", "id"?, "title"?}
+    # (`spanuq.context.passages`), rendered into its input as the scorer renders them (`spanuq.context.render`);
+    # the label of such a row comes from the sources (docs/labels.md "Rows with sources")
+    context: list[str | dict[str, str]] | None = Field(default=None, exclude_if=lambda v: v is None)
+
+    @property
+    def grounded(self) -> bool:
+        """Built from the grounded training pairs (``prompts.grounded``): never in test (`spanuq.data.grounded`)."""
+        return "grounded_case" in self.meta
 
     @property
     def train_only(self) -> bool:
@@ -142,3 +151,5 @@ class LabeledResponse(_Record):
     # a given answer the label stage wrote (`spanuq.label.given`): its canonical token ids, since no
     # generation record holds them
     token_ids: list[int] | None = Field(default=None, exclude_if=lambda v: v is None)
+    # read with its prompt's sources in the backbone's input (`Prompt.context`): calibrated apart
+    with_context: bool = Field(default=False, exclude_if=lambda v: not v)

@@ -12,7 +12,9 @@ calibration (temperature, validity threshold, flag) is kept as the train stage f
     spanuq recalibrate --mushroom-val FILE --probe DIR   # which spans of a given answer are shown (Mu-SHROOM val)
 
 A refit keeps a given-answer validity threshold chosen with ``--mushroom-val``
-(`spanuq.bench.mushroom_given`): it was chosen on human labels, not on the dev split.
+(`spanuq.bench.mushroom_given`): it was chosen on human labels, not on the dev split.  Where the
+run's dev split holds own answers read with sources (``prompts.grounded``), their mapping
+(``grounded.generated``, `context_calibration`) is refitted beside the given one.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from ..llm.loading import load_tokenizer, resolve_device
 from ..model.checkpoint import load_checkpoint, save_calibration
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
+from .context_calibration import calibrate_generated_with_context, split_context
 from .given_calibration import calibrate_given
 
 
@@ -34,8 +37,8 @@ def recalibrate(cfg: Config, probe_dir: str | Path | None = None) -> dict:
     run's dev given answers and rewrite its ``config.json``; returns what was fitted."""
     paths = StagePaths.from_config(cfg)
     probe_dir = Path(probe_dir) if probe_dir is not None else paths.probe
-    dev_given = load_examples(paths.features, paths.labels, ("dev",), given=True)
-    dev = load_examples(paths.features, paths.labels, ("dev",))
+    dev_given, _ = split_context(load_examples(paths.features, paths.labels, ("dev",), given=True))
+    dev, dev_context = split_context(load_examples(paths.features, paths.labels, ("dev",)))
     if not dev_given:
         raise ValueError(f"no given answers in the dev split of {paths.labels}: run the label stage with "
                          "label.given_swaps=true (or label.given_templates > 0) and extract first")
@@ -49,8 +52,12 @@ def recalibrate(cfg: Config, probe_dir: str | Path | None = None) -> dict:
     shown = (ck.calibration.given or {}).get("validity_threshold")
     if shown is not None:  # chosen on human labels (`--mushroom-val`), not on this dev split: it stays
         calibration = replace(calibration, given={**calibration.given, "validity_threshold": shown})
+    written = {"data": str(paths.root), "given": info}
+    if dev_context:  # own dev answers read with sources (`prompts.grounded`): their mapping too
+        calibration, written["grounded_generated"] = calibrate_generated_with_context(
+            ck.probe, dev_context, calibration, cfg, device, answers(load_tokenizer(cfg), dev_context))
     save_calibration(probe_dir, calibration)
-    write_json(probe_dir / "recalibration.json", {"data": str(paths.root), "given": info})
+    write_json(probe_dir / "recalibration.json", written)
     return info
 
 

@@ -45,6 +45,7 @@ from ..model.postprocess import Answer, predict, select_spans
 from ..model.probe import SpanUQProbe
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
+from .context_calibration import calibrate_generated_with_context, split_context
 from .given_calibration import calibrate_given
 
 log = logging.getLogger(__name__)
@@ -265,8 +266,10 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
     # answers whose claims could not all be placed on tokens are left out of training:
     # their missing spans would teach "no claim here"
     train, dropped = training_examples(paths.features, paths.labels, cfg.train.given_kinds)
-    dev = load_examples(paths.features, paths.labels, ("dev",))
-    dev_given = load_examples(paths.features, paths.labels, ("dev",), given=True)
+    # dev answers read with sources (`Prompt.context`) get a calibration of their own (`context_calibration`);
+    # model selection and the calibrations without sources read the rest
+    dev, dev_context = split_context(load_examples(paths.features, paths.labels, ("dev",)))
+    dev_given, _ = split_context(load_examples(paths.features, paths.labels, ("dev",), given=True))
     tokenizer = load_tokenizer(cfg)
     if not train:
         raise ValueError(f"no training examples in {paths.labels}; check the label stage's report")
@@ -283,12 +286,16 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
         dev_answers = answers(tokenizer, dev)
         calibration, calib = calibrate_on_dev(model, dev, cfg, device, dev_answers, dev_given,
                                               answers(tokenizer, dev_given))
+        if dev_context:
+            calibration, calib["grounded_generated"] = calibrate_generated_with_context(
+                model, dev_context, calibration, cfg, device, answers(tokenizer, dev_context))
         dev_metrics = evaluate_model(model, dev, cfg, device, calibration, dev_answers) if dev else None
         summary = dev_summary(dev_metrics, "auroc", "mae", "f1", "coverage", "pair_accuracy")
         dev_auroc = summary["dev_auroc"]
         report = {"backbone": cfg.backbone.name, "n_train": len(train), "n_dev": len(dev),
                   "n_train_sample_answers": sum(parse(e.prompt_id) is not None for e in train),
                   "n_train_given_answers": sum(is_given(e.prompt_id) for e in train), "n_dev_given": len(dev_given),
+                  **({"n_dev_with_context": len(dev_context)} if dev_context else {}),
                   "train_dropped_unplaced": dropped, **calib,
                   "train_spans": int(sum(len(e.u) for e in train)),
                   "best_epoch": info["best_epoch"], "epochs_run": info["epochs_run"],
