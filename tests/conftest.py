@@ -1,7 +1,9 @@
 """Shared fixtures: offline settings, a config rooted in a temp dir, a real llama.cpp server."""
 from __future__ import annotations
 
+import atexit
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,12 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
+
+# llama-cpp-python's llama_cpp/_utils.py opens two /dev/null files at import and never closes them;
+# the interpreter reports them (where ResourceWarnings are shown) as it tears the module down.  A
+# filter set at exit, when pytest's own filters are gone, quiets that library's two files only.
+atexit.register(warnings.filterwarnings, "ignore", category=ResourceWarning,
+                message=r"unclosed file <_io\.TextIOWrapper name='/dev/null' mode='w'")
 
 
 @pytest.fixture(scope="session")

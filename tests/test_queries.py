@@ -168,7 +168,7 @@ def test_invalid_queries_get_no_sequence_weight(weighting):
     if weighting == "validity":
         assert w[0, 2:].sum() < 1e-6 and 0.1 <= float(u_seq.detach()) <= 0.2
     else:  # the paper's softmax(p·imp): the six invalid queries carry most of û_seq
-        assert w[0, 2:].sum() > 0.5 and float(u_seq) > 0.5
+        assert w[0, 2:].sum() > 0.5 and float(u_seq.detach()) > 0.5
 
 
 def _two_rounds(first: torch.Tensor, second: torch.Tensor) -> dict:
