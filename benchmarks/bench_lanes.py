@@ -112,6 +112,8 @@ def main() -> None:
                 done += 1
                 if done % max(1, args.soak // 20) == 0:
                     samples.append((done, *rss_mib(proc.pid)))
+                    print(f"  {done} requests: service {samples[-1][1]:.0f} MiB, llama.cpp server "
+                          f"{samples[-1][2]:.0f} MiB", flush=True)  # a long soak shows how far it is
 
             lat = asyncio.run(run(url, bodies(args.soak), args.concurrency, tick))
             samples.append((done, *rss_mib(proc.pid)))
