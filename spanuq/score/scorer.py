@@ -27,7 +27,9 @@ offsets of the original string.
 
 With sources (``context``), step 1 renders them into the backbone's input (`spanuq.context.render`), in
 windows when they pass the budget; steps 2 and 3 read the answer after each window, and the windows'
-results are combined (`spanuq.score.grounded`: a span's û is its lowest over windows).
+results are combined (`spanuq.score.grounded`: a span's û is its lowest over windows).  Step 2 reads such an
+answer on the backbone's KV cache of its prompt (`spanuq.llm.prefix`, ``score.prefix_cache``): sources read for
+an earlier answer are not read again.
 """
 from __future__ import annotations
 
