@@ -19,25 +19,16 @@ import statistics
 import time
 
 import torch
-from probes import probe_or_random  # benchmarks/probes.py
+from probes import probe_or_random, scoring_setup  # benchmarks/probes.py
 from table import report  # benchmarks/table.py: make bench's one table
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=None, help="probe checkpoint (default: a random probe of params.yaml's size)")
-    ap.add_argument("--n", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args, cfg = scoring_setup(argparse.ArgumentParser(), n=8, threads=2)
 
     from spanuq import SpanUQ
-    from spanuq.config import load_config
     from spanuq.data.prompts import load_bundled
 
-    cfg = load_config("params.yaml", [f"score.max_new_tokens={args.max_new_tokens}",
-                                      f"score.server_threads={args.threads}"])
     model = probe_or_random(args.model, cfg)
     prompts = [p.text for p in load_bundled()[: args.n]]
     rows: dict[str, list[dict]] = {"llamacpp": [], "hf": [], "hf_plain": []}

@@ -29,6 +29,7 @@ import statistics
 import time
 
 import torch
+from probes import scoring_setup  # benchmarks/probes.py
 from table import report  # benchmarks/table.py: make bench's one table
 
 VARIANTS = ["generate", "stream k=1", "stream k=4", "stream k=8 +clauses", "stream k=16", "stream k=999",
@@ -36,22 +37,13 @@ VARIANTS = ["generate", "stream k=1", "stream k=4", "stream k=8 +clauses", "stre
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="shipped")
-    ap.add_argument("--n", type=int, default=6)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args, cfg = scoring_setup(argparse.ArgumentParser(), n=6, threads=1, model="shipped")
 
     from spanuq import SpanUQ
-    from spanuq.config import load_config
     from spanuq.data.prompts import load_bundled
     from spanuq.llm.states import extract_batch
     from spanuq.model.postprocess import predict
 
-    cfg = load_config("params.yaml", [f"score.max_new_tokens={args.max_new_tokens}",
-                                      f"score.server_threads={args.threads}"])
     prompts = [p.text for p in load_bundled()[: args.n + 1]]
     rows: dict[str, list[dict]] = {v: [] for v in VARIANTS}
 

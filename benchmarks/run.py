@@ -32,7 +32,7 @@ QUICK = {  # benchmark -> its arguments in `make bench`
     "openai": ["--prompts", "4", "--rounds", "1", "--max-tokens", "32"],
     "monitor": ["--rows", "266"],
     "facts": ["--n", "20"],
-    "grounded": ["--n", "4"],
+    "grounded": ["--n", "4", "--repeats", "1"],
 }
 SMOKE = {  # the same code at the smallest sizes: checks that `make bench` runs end to end, times nothing
     "generate": ["--prompts", "1", "--samples", "1", "--max-new-tokens", "8", "--backends", "llamacpp,server,hf"],
@@ -45,7 +45,7 @@ SMOKE = {  # the same code at the smallest sizes: checks that `make bench` runs 
     "openai": ["--prompts", "1", "--rounds", "1", "--max-tokens", "8"],
     "monitor": ["--rows", "266"],  # the shipped probe's generated answers: the smallest file it writes
     "facts": ["--n", "2"],
-    "grounded": ["--n", "1", "--context-tokens", "200", "--max-new-tokens", "8"],
+    "grounded": ["--n", "1", "--repeats", "1", "--context-tokens", "200", "--max-new-tokens", "8"],
 }
 
 

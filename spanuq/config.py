@@ -396,6 +396,9 @@ class ScoreConfig(_Section):
     max_context_passages: int = 64
     context_top_k: int = Field(default=3, ge=1)  # passages `spanuq score --corpus` retrieves per prompt (BM25)
     batch_size: int = 8  # teacher-forced passes per batch in score_many
+    # answers read against sources: the KV caches of the last prefix_cache prompts are kept (spanuq/llm/prefix.py), so
+    # another answer after the same sources reads only its own tokens; 0: each read in one pass (no memory kept)
+    prefix_cache: int = Field(default=1, ge=0)
     # the languages of the probe's training answers: an answer clearly in another one is scored with a
     # warning in the result (spanuq.data.language: py3langid, >= 20 letters); [] or null: no check
     languages: list[str] | None = Field(default_factory=lambda: ["en"])

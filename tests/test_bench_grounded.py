@@ -89,6 +89,16 @@ def test_the_fit_chooses_the_terms_that_read_the_answer_against_the_source_on_va
     assert v["surprisal"]["pair_accuracy_b"] > 0.9 and v["surprisal"]["right_u_ge_0.5"] < 0.1
     assert v["platt"]["pair_accuracy_b"] < 0.8  # û alone cannot: the data says so, not the test
     assert evaluate(fit("surprisal", readings), readings)["silent_u_ge_0.5"] > 0.9  # unsupported reads as such
+    # calibration beside the figures: the surprisal mapping has the lower Brier score on validation, both a low ECE
+    assert v["surprisal"]["brier"] < v["platt"]["brier"] and 0 <= v["surprisal"]["ece"] < 0.05
+    assert v["surprisal"]["wrong_u_ge_0.5"] > 0.9 and {"right_u_ge_0.5_a", "right_u_ge_0.5_c"} <= set(v["surprisal"])
+
+
+def test_the_fit_records_the_training_pairs_by_their_place_in_the_repository(tmp_path):
+    from spanuq.train.recalibrate import repo_relative
+
+    assert repo_relative(TRAIN_PAIRS) == "spanuq/label/grounded/pairs.jsonl"  # not this machine's folder
+    assert repo_relative(tmp_path / "mine.jsonl") == str(tmp_path / "mine.jsonl")  # the user's own, as given
 
 
 def test_the_with_sources_entry_is_stored_beside_the_others_untouched():

@@ -17,6 +17,12 @@ a few tokens at a time.  Two ways to grow the answer use it:
 * ``sync(ids)``: the answer's tokens are now ``ids`` (text arriving from a server, or the
   canonical re-tokenisation of a generated answer): the cache is cropped back to the first
   token that differs and only the tokens after it are fed (teacher-forced).
+
+``reprompt(prompt_ids)`` starts another answer after another prompt on the same cache: the cache
+keeps the tokens the two prompts share from the start (the same sources in the system message,
+`spanuq.llm.prefix`) and only the rest of the new prompt is fed.  Logits are computed only where
+they are read (the prompt's last position, every answer position): the vocabulary projection over
+the prompt's other positions is most of a long prompt's cost after the layers.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from .states import FeatureItem, cache_kwargs, fuse_layers, token_entropy, token_surprisal
+from .states import FeatureItem, cache_kwargs, fuse_layers, logits_kwargs, token_entropy, token_surprisal
 
 
 class StateCapture:
@@ -37,23 +43,39 @@ class StateCapture:
 
         self.model, self.layers, self.out_dtype = model, list(layers), out_dtype
         self.device = next(model.parameters()).device
-        self.P = len(prompt_ids)
         self.cache = DynamicCache(config=model.config)
+        self.prompt: list[int] = []
+        self.forwards, self.seconds = 0, 0.0
+        self.reprompt(prompt_ids)
+
+    def reprompt(self, prompt_ids: Sequence[int]) -> int:
+        """Start a new answer after ``prompt_ids``: the cache keeps the tokens this prompt shares with the
+        last one from the start (all but the prompt's last token at most: its logits decode y_1) and the
+        rest is fed; returns how many prompt tokens were fed."""
+        prompt_ids = list(prompt_ids)
+        if not prompt_ids:
+            raise ValueError("StateCapture needs a prompt of at least one token")
+        k = 0
+        while k < min(len(prompt_ids) - 1, len(self.prompt)) and prompt_ids[k] == self.prompt[k]:
+            k += 1
+        if self.cache.get_seq_length() > k:
+            self.cache.crop(k - self.cache.get_seq_length())  # a negative count: tokens to remove
+        self.prompt, self.P = prompt_ids, len(prompt_ids)
         self.ids: list[int] = []  # answer tokens fed so far
         self.h: list[torch.Tensor] = []  # (d,) fused state per answer token
         self.ent: list[torch.Tensor] = []  # () entropy per answer token
         self.sur: list[torch.Tensor] = []  # () surprisal per answer token
-        self.forwards, self.seconds = 0, 0.0  # forward passes on the answer's tokens and their time
-        with torch.inference_mode():
-            out = self._forward(list(prompt_ids))
-        self.forwards, self.seconds = 0, 0.0  # the prompt's pass is counted apart
+        with torch.inference_mode():  # the prompt's states are not kept: only its last position's logits
+            out = self._forward(prompt_ids[k:], hidden=False, **logits_kwargs(self.model, 1))
+        self.forwards, self.seconds = 0, 0.0  # forward passes on the answer's tokens and their time (not the prompt's)
         self._prompt_logits = out.logits[0, -1].float()  # the distribution y_1 is decoded from
         self.next_logits = self._prompt_logits  # the distribution of the token after the last one fed
+        return len(prompt_ids) - k
 
-    def _forward(self, ids: list[int]):
+    def _forward(self, ids: list[int], hidden: bool = True, **kw):
         t0 = time.perf_counter()
         out = self.model(input_ids=torch.tensor([ids], device=self.device), **cache_kwargs(self.model, self.cache),
-                         use_cache=True, output_hidden_states=True)
+                         use_cache=True, output_hidden_states=hidden, **kw)
         self.forwards += 1
         self.seconds += time.perf_counter() - t0
         return out

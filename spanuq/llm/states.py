@@ -60,6 +60,14 @@ def cache_kwargs(model, cache) -> dict:
     return {"cache": cache} if "cache" in params else {"past_key_values": cache}
 
 
+def logits_kwargs(model, keep) -> dict:
+    """``logits_to_keep=keep`` when ``model.forward`` takes it (the vocabulary projection only at the
+    positions kept: an int, the last ``keep``; a 1-D tensor, those positions), else nothing."""
+    import inspect
+
+    return {"logits_to_keep": keep} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
 def output_cache(out):
     """The KV cache of a forward / generate output, under either name."""
     return getattr(out, "cache", None) if getattr(out, "cache", None) is not None else out.past_key_values
@@ -110,12 +118,16 @@ def teacher_forced_ids(model, prompt_ids: list[list[int]], responses: list[list[
     """`teacher_forced` on already tokenised prompts."""
     device = next(model.parameters()).device
     ids, att = right_padded(prompt_ids, responses, pad_id)
-    out = model(input_ids=ids.to(device), attention_mask=att.to(device), output_hidden_states=True)
+    # logits only from the first position that predicts a response token: not over the prompts
+    lo = min(len(p) for p in prompt_ids) - 1
+    kw = logits_kwargs(model, torch.arange(lo, ids.shape[1], device=device))
+    lo = lo if kw else 0
+    out = model(input_ids=ids.to(device), attention_mask=att.to(device), output_hidden_states=True, **kw)
     keep = range(len(out.hidden_states)) if layers is None else layers
     hs = torch.stack([out.hidden_states[l] for l in keep], dim=1)  # (B, |keep|, L, d)
     for i, (p, r) in enumerate(zip(prompt_ids, responses)):
         st, T = len(p), len(r)
-        yield hs[i, :, st: st + T], out.logits[i, st - 1: st - 1 + T]
+        yield hs[i, :, st: st + T], out.logits[i, st - 1 - lo: st - 1 - lo + T]
 
 
 @torch.inference_mode()

@@ -27,7 +27,9 @@ offsets of the original string.
 
 With sources (``context``), step 1 renders them into the backbone's input (`spanuq.context.render`), in
 windows when they pass the budget; steps 2 and 3 read the answer after each window, and the windows'
-results are combined (`spanuq.score.grounded`: a span's û is its lowest over windows).
+results are combined (`spanuq.score.grounded`: a span's û is its lowest over windows).  Step 2 reads such an
+answer on the backbone's KV cache of its prompt (`spanuq.llm.prefix`, ``score.prefix_cache``): sources read for
+an earlier answer are not read again.
 """
 from __future__ import annotations
 
@@ -128,6 +130,7 @@ class SpanUQ:
             self.guarantee = store.load(checkpoint, s.conformal_guarantee, s.conformal_alpha, s.conformal_delta)
         self._server = None
         self._client = None
+        self._prefix = None  # the KV caches of the last prompts with sources (`spanuq.llm.prefix`), made when needed
         self.lock = threading.RLock()  # the backbone, tokenizer and probe: one thread at a time
 
     def model_lock(self):
@@ -439,7 +442,12 @@ class SpanUQ:
 
     def _read_states(self, todo: list[Pending]) -> None:
         """Step 2: the answers' states in teacher-forced passes, shortest first in batches of
-        ``score.batch_size``; an answer longer than the probe's window alone, chunked past the context."""
+        ``score.batch_size``; an answer longer than the probe's window alone, chunked past the context.
+        An answer with sources is read on the KV cache of its prompt (``score.prefix_cache``): the sources
+        an earlier answer was read after are not read again."""
+        if self.cfg.score.prefix_cache:
+            self._read_on_prefix([it for it in todo if it.passages is not None])
+            todo = [it for it in todo if it.passages is None]
         todo = sorted(todo, key=lambda it: len(it.ids))
         for item in [it for it in todo if len(it.ids) > self.window]:
             t0 = time.perf_counter()
@@ -456,6 +464,18 @@ class SpanUQ:
             share = (time.perf_counter() - t0) / len(batch)
             for item, f in zip(batch, feats):
                 item.states, item.backbone_s = f, share
+
+    def _read_on_prefix(self, todo: list[Pending]) -> None:
+        """`_read_states` of answers with sources, one by one on the cache of the last prompts read (items
+        after the same window of sources one after another)."""
+        from ..llm.prefix import PrefixCache
+
+        if self._prefix is None or self._prefix.entries != self.cfg.score.prefix_cache:
+            self._prefix = PrefixCache(self.model, self.layers, self.out_dtype, self.cfg.score.prefix_cache)
+        for item in sorted(todo, key=lambda it: it.chat):
+            t0 = time.perf_counter()
+            item.states = self._prefix.read(self.tok(item.chat, add_special_tokens=False)["input_ids"], item.ids)
+            item.backbone_s = time.perf_counter() - t0
 
     def _probe(self, items: list[Pending]) -> tuple[list[tuple[Prediction | None, list]], float]:
         """Step 3: the probe over every answer (windows of a long one; a window whose states are not

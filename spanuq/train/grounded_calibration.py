@@ -26,7 +26,7 @@ from dataclasses import replace
 import numpy as np
 
 from .grounded_slots import SlotReading
-from ..metrics.ece import fit_platt, fit_platt_surprisal, flag_threshold, pair_margin
+from ..metrics.ece import expected_calibration_error, fit_platt, fit_platt_surprisal, flag_threshold, pair_margin
 from ..model.calibration import Calibration
 
 VALIDATION_SHARE = 1 / 3
@@ -77,13 +77,14 @@ def evaluate(params: dict, readings: list[SlotReading]) -> dict:
 
 
 def measure(readings: list[SlotReading], s: np.ndarray) -> dict:
-    """Of scores ``s`` of ``readings``: log-loss of covered slots, pair accuracy by case (planted above
-    correct, ties 0.5), right facts at û ≥ 0.5 where the source states them (a–c) and where it is
-    silent (d)."""
+    """Of scores ``s`` of ``readings``: log-loss, Brier score and ECE (10 bins) of covered slots, pair
+    accuracy by case (planted above correct, ties 0.5), right facts at û ≥ 0.5 where the source states
+    them (a–c; each case apart too) and where it is silent (d), wrong facts at û ≥ 0.5 (a–c)."""
     y = np.array([x.label for x in readings])
     cov = np.array([x.covered for x in readings])
     p = np.clip(s[cov], 1e-6, 1 - 1e-6)
-    out = {"slots": int(cov.sum()), "log_loss": float(-np.mean(y[cov] * np.log(p) + (1 - y[cov]) * np.log(1 - p)))}
+    out = {"slots": int(cov.sum()), "log_loss": float(-np.mean(y[cov] * np.log(p) + (1 - y[cov]) * np.log(1 - p))),
+           "brier": float(np.mean((p - y[cov]) ** 2)), "ece": float(expected_calibration_error(y[cov], p))}
     pairs: dict[str, dict[str, float]] = {}
     for x, v in zip(readings, s):
         pairs.setdefault(x.pair, {"case": x.case})[x.twin] = float(v)
@@ -95,7 +96,13 @@ def measure(readings: list[SlotReading], s: np.ndarray) -> dict:
             out[f"pair_accuracy_{case}"] = float(np.mean(acc))
     right = [v for x, v in zip(readings, s) if x.twin == "correct" and x.case != "d"]
     silent = [v for x, v in zip(readings, s) if x.twin == "correct" and x.case == "d"]
+    wrong = [v for x, v in zip(readings, s) if x.twin == "planted" and x.case != "d"]
     out["right_u_ge_0.5"] = float(np.mean(np.array(right) >= 0.5)) if right else None
+    for case in ("a", "b", "c"):
+        r = [v for x, v in zip(readings, s) if x.twin == "correct" and x.case == case]
+        if r:
+            out[f"right_u_ge_0.5_{case}"] = float(np.mean(np.array(r) >= 0.5))
+    out["wrong_u_ge_0.5"] = float(np.mean(np.array(wrong) >= 0.5)) if wrong else None
     out["silent_u_ge_0.5"] = float(np.mean(np.array(silent) >= 0.5)) if silent else None
     return out
 

@@ -85,6 +85,15 @@ def run_recalibrate(args, cfg: Config) -> int:
     return 0
 
 
+def repo_relative(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (a card records no machine's folders)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        return Path(path).resolve().relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def recalibrate_grounded(cfg: Config, probe_dir: str | Path | None = None, pairs: str | Path | None = None) -> dict:
     """Fit the with-sources calibration of given answers (`spanuq.train.grounded_calibration`) of the
     probe in ``probe_dir`` on grounded training pairs (default: the bundled ones) and write it into
@@ -116,6 +125,6 @@ def recalibrate_grounded(cfg: Config, probe_dir: str | Path | None = None, pairs
     entry, info = calibrate_grounded(readings, cfg.evaluate.flag_precision, cfg.evaluate.positive_threshold)
     ck = load_checkpoint(probe_dir)
     save_calibration(probe_dir, with_grounded(ck.calibration, entry))
-    info = {"pairs": str(pairs), "readings": str(cache), "entry": entry, **info}
+    info = {"pairs": repo_relative(pairs), "readings": str(cache), "entry": entry, **info}
     write_json(probe_dir / "grounded_calibration.json", info)
     return info
