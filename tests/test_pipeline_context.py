@@ -99,10 +99,10 @@ def test_the_extract_stage_reads_a_row_with_sources_over_the_input_the_scorer_re
     `SpanUQ.score(prompt, response, context=...)` reads for the same answer."""
     import torch
 
-    import spanuq.score.scorer as scoring
     from spanuq.features.stage import run_extract
     from spanuq.features.store import FeatureStore
     from spanuq.generate.stage import run_generate
+    from spanuq.llm.prefix import PrefixCache
     from spanuq.pipeline.files import read_records, write_jsonl
     from spanuq.pipeline.paths import StagePaths
 
@@ -118,17 +118,18 @@ def test_the_extract_stage_reads_a_row_with_sources_over_the_input_the_scorer_re
     stored = FeatureStore(paths.features)[row.id]
     read = []
 
-    def spy(model, tok, chats, ids, *args, **kw):
-        out = real(model, tok, chats, ids, *args, **kw)
-        read.extend(zip(chats, out))
+    def spy(self, prompt_ids, ids):  # the scorer reads an answer with sources on its prompt's KV cache
+        out = real(self, prompt_ids, ids)
+        read.append((list(prompt_ids), out))
         return out
 
-    real = scoring.extract_batch
-    monkeypatch.setattr(scoring, "extract_batch", spy)
+    real = PrefixCache.read
+    monkeypatch.setattr(PrefixCache, "read", spy)
     scorer.score(row.text, response=pair["answer"], context=row.context)
-    (chat, states), = read
+    (prompt_ids, states), = read
     gen, = read_records(paths.generations, Generation)
-    assert chat == gen.chat_prompt and "Sources:" in chat
+    assert "Sources:" in gen.chat_prompt
+    assert prompt_ids == scorer.tok(gen.chat_prompt, add_special_tokens=False)["input_ids"]
     assert stored.token_ids.tolist() == states.token_ids.tolist()
     torch.testing.assert_close(stored.h.float(), states.h.float(), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(stored.entropy.float(), states.entropy.float(), atol=2e-2, rtol=2e-2)
