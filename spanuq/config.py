@@ -461,9 +461,10 @@ class BaselinesConfig(_Section):
     entropy_fraction: float = 0.7  # entropy-threshold detector: tokens with H ≥ fraction · max H
     verbalized_max_tokens: int = 4
     backbone_batch_size: int = 8
-    # dtype of the backbone the asking methods (verbalized, P(True), self-verification) query; null: backbone.dtype.
-    # SpanUQ's cost row is always timed with backbone.dtype, as the extract stage runs it.
-    backbone_dtype: Literal["float32", "bfloat16", "float16"] | None = "bfloat16"
+    # dtype of the backbone the asking methods (verbalized, P(True), self-verification) query; null: backbone.dtype,
+    # the backbone the stage holds (no second copy). On a CPU pinned to AVX2 kernels (backbone.cpu_kernels) bfloat16
+    # is emulated: 8x slower than float32. SpanUQ's cost row is always timed with backbone.dtype, as extract runs it.
+    backbone_dtype: Literal["float32", "bfloat16", "float16"] | None = None
     bootstrap: int = 200  # cluster-bootstrap resamples for the CIs of every row (evaluate.bootstrap: SpanUQ's)
     cost_answers: int = 3  # test answers whose S samples are re-generated to time the sampling methods
     device: str = "auto"  # NLI / embedding device
