@@ -15,7 +15,8 @@ ANSWERS = ["Neon was first identified in 1898.", "Neon was first identified in 1
 
 
 def chat(scorer):
-    r = render(scorer.tok, [{"role": "user", "content": QUESTION}], [(1, Passage("1", SOURCE), 0, len(SOURCE))])
+    r = render(scorer.tok, [{"role": "user", "content": QUESTION}], [(1, Passage("1", SOURCE), 0, len(SOURCE))],
+               scorer.system_prompt)  # as the scorer renders it
     return r.chat, source_positions(scorer.tok, r.chat, r.read)
 
 
@@ -60,3 +61,42 @@ def test_lookback_on_the_cache_of_the_sources_is_that_of_one_pass(scorer):
             one = extract_with_lookback(scorer.model, scorer.tok, [text], [ids], scorer.layers, [src])[0]
             torch.testing.assert_close(got.lookback, one.lookback, atol=1e-4, rtol=1e-3)
     assert scorer.model.config._attn_implementation == attn  # eager only while the weights are read
+
+
+def test_a_with_sources_mapping_that_reads_the_heads_scores_each_span_with_its_lookback(scorer, monkeypatch):
+    """The scorer reads the heads' attention only where the mapping of the answer reads it (a given answer with
+    sources), on the prefix cache as in one pass, and each span's û is the mapping of its raw û, (S, H₀) and
+    its heads' mean lookback ratios."""
+    import numpy as np
+    from scipy.special import expit, logit
+
+    from spanuq.model.calibration import span_terms
+    from spanuq.train.grounded_calibration import with_grounded
+
+    heads = scorer.model.config.num_hidden_layers * scorer.model.config.num_attention_heads
+    weights = np.random.default_rng(0).normal(0, 3.0, heads)
+    entry = {"temperature": 2.0, "bias": -0.5, "surprisal": 0.2, "context": 0.1, "lookback": list(weights),
+             "flag": 0.5}
+    monkeypatch.setattr(scorer, "calibration", with_grounded(scorer.calibration, entry))
+    attn = scorer.model.config._attn_implementation
+    text, src = chat(scorer)
+    results = {}
+    for cache in (0, 1):
+        monkeypatch.setattr(scorer.cfg.score, "prefix_cache", cache)
+        results[cache] = [scorer.score(QUESTION, response=a, context=[SOURCE]) for a in ANSWERS]
+    assert scorer.model.config._attn_implementation == attn
+    for one, cached in zip(results[0], results[1]):
+        assert [(s.b, s.e) for s in one.spans] == [(s.b, s.e) for s in cached.spans]
+        np.testing.assert_allclose([s.u for s in one.spans], [s.u for s in cached.spans], atol=2e-3)
+    for answer, r in zip(ANSWERS, results[0]):
+        assert r.calibration_source == "given+context" and r.spans
+        ids = scorer.tok(answer, add_special_tokens=False)["input_ids"]
+        with scorer.lock:
+            f = extract_with_lookback(scorer.model, scorer.tok, [text], [ids], scorer.layers, [src])[0]
+        x = span_terms(f.surprisal.numpy(), f.entropy.numpy(), [(s.b, s.e) for s in r.spans], f.lookback.numpy())
+        want = expit(logit(np.clip([s.u_raw for s in r.spans], 1e-6, 1 - 1e-6)) / 2.0 - 0.5 + 0.2 * x[:, 0]
+                     - 0.1 * x[:, 1] + x[:, 2:] @ weights)
+        np.testing.assert_allclose([s.u for s in r.spans], want, atol=2e-3)
+    # without sources the mapping without them applies, and no attention is read
+    plain = scorer.score(QUESTION, response=ANSWERS[0])
+    assert plain.calibration_source != "given+context" and scorer.model.config._attn_implementation == attn
