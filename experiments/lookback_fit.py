@@ -1,6 +1,6 @@
 """Do Lookback-Lens features separate right from wrong slots of the grounded training pairs?
 
-    python experiments/lookback_fit.py [/tmp/lookback/readings.npz]
+    python experiments/lookback_fit.py [/tmp/lookback/readings.npz] [/tmp/lookback/bench.npz]
 
 Reads `experiments/lookback_readings.py`'s output, splits the subjects as the with-sources calibration does
 (`spanuq.train.grounded_calibration.held_out`), fits each variant on the fitting subjects' covered slots and
@@ -8,7 +8,9 @@ prints, on the held-out third, `grounded_calibration.measure` (log-loss, Brier, 
 right facts at û ≥ 0.5 by case, wrong facts at û ≥ 0.5) with counts.  Variants: the shipped `surprisal`
 form on (û, S, H₀); L2 logistic regressions (C by 5-fold grouped CV on the fitting subjects) on the 270
 per-head lookback ratios alone, with (logit û, S, H₀), and on a few summaries (mean LR of all heads, of the
-upper half of the layers) with (logit û, S, H₀).
+upper half of the layers) with (logit û, S, H₀).  With a second file (the bench pairs' readings, other
+subjects and other wording): the product's variants (`grounded_calibration.fit`) fitted on every training
+slot and measured on the bench — never fitted there.
 """
 from __future__ import annotations
 
@@ -50,10 +52,31 @@ def cv_logreg(x, y, groups):
     return (lambda z: m.predict_proba(sc.transform(z))[:, 1]), best[1]
 
 
+KEYS = ("pair", "group", "case", "kind", "twin", "label", "u_raw", "surprisal", "entropy", "covered")
+
+
+def slot_readings(d) -> list[SlotReading]:
+    return [SlotReading(*(x.item() for x in row), tuple(lr)) for *row, lr in zip(*(d[k] for k in KEYS), d["lr"])]
+
+
+def on_bench(train, bench) -> None:
+    from spanuq.train.grounded_calibration import VARIANTS, evaluate, fit
+
+    cols = ("log_loss", "brier", "right_u_ge_0.5_a", "right_u_ge_0.5_b", "right_u_ge_0.5_c", "wrong_u_ge_0.5",
+            "silent_u_ge_0.5", "pair_accuracy_c")
+    print(f"fitted on all {len({r.group for r in train})} training subjects; the bench: "
+          f"{len({r.group for r in bench})} subjects, {len(bench)} slots")
+    print("| variant | " + " | ".join(cols) + " |")
+    for v in VARIANTS:
+        out = evaluate(fit(v, train), bench)
+        print(f"| {v} | " + " | ".join(f"{out[k]:.3f}" for k in cols) + " |")
+
+
 def main() -> None:
     d = np.load(sys.argv[1] if len(sys.argv) > 1 else "/tmp/lookback/readings.npz")
-    keys = ("pair", "group", "case", "kind", "twin", "label", "u_raw", "surprisal", "entropy", "covered")
-    readings = [SlotReading(*(x.item() for x in row)) for row in zip(*(d[k] for k in keys))]
+    readings = slot_readings(d)
+    if len(sys.argv) > 2:
+        on_bench(readings, slot_readings(np.load(sys.argv[2])))
     y = d["label"].astype(int)
     cov = d["covered"].astype(bool)
     val = np.array([held_out(g) for g in d["group"]])

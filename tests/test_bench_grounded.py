@@ -13,6 +13,8 @@ import pytest
 from spanuq.bench.grounded import CASES, KINDS, PAIRS, TRAIN_PAIRS, in_source, pasted, read_pairs
 from spanuq.train.grounded_slots import SlotReading
 
+REPO = TRAIN_PAIRS.parents[3]
+
 
 def test_the_bundled_pairs_hold_every_case_and_kind_as_their_case_says():
     pairs = read_pairs(PAIRS)
@@ -133,6 +135,12 @@ def test_the_lookback_variant_is_chosen_where_the_heads_read_a_fact_in_other_wor
     assert terms.shape == (1, 14) and np.allclose(terms[0], [2.5, 1.0, *readings[0].lookback])
     with pytest.raises(ValueError, match="lookback ratios"):
         g.scores([0.5], [[2.5, 1.0]])  # a span read without the heads' attention is refused, not mis-scored
+    # `spanuq recalibrate --grounded` chooses among evaluate.grounded_variants: lookback is asked for, not default
+    from spanuq.config import load_config
+
+    default = load_config(REPO / "params.yaml").evaluate.grounded_variants
+    assert "lookback" not in default
+    assert calibrate_grounded(readings, precision=0.9, variants=default)[1]["variant"] == "surprisal"
 
 
 def test_the_fit_records_the_training_pairs_by_their_place_in_the_repository(tmp_path):

@@ -123,13 +123,17 @@ def measure(readings: list[SlotReading], s: np.ndarray) -> dict:
     return out
 
 
-def calibrate_grounded(readings: list[SlotReading], precision: float, positive: float = 0.5) -> tuple[dict, dict]:
-    """The ``grounded["given"]`` entry (module docstring) and what was measured to choose it."""
+def calibrate_grounded(readings: list[SlotReading], precision: float, positive: float = 0.5,
+                       variants: tuple[str, ...] | list[str] = VARIANTS) -> tuple[dict, dict]:
+    """The ``grounded["given"]`` entry (module docstring) and what was measured to choose it, among ``variants``
+    (``evaluate.grounded_variants``; ``lookback`` only where the readings carry the heads' ratios)."""
     fit_part = [x for x in readings if not held_out(x.group)]
     val_part = [x for x in readings if held_out(x.group)]
     if not fit_part or not val_part:
         raise ValueError("the grounded training pairs need subjects on both sides of the validation split")
-    variants = [v for v in VARIANTS if v != "lookback" or all(x.lookback is not None for x in readings)]
+    variants = [v for v in variants if v != "lookback" or all(x.lookback is not None for x in readings)]
+    if not variants:
+        raise ValueError("no with-sources form to choose from: the lookback variant needs readings with lookback ratios")
     validation = {v: evaluate(fit(v, fit_part), val_part) for v in variants}
     chosen = min(variants, key=lambda v: validation[v]["log_loss"])
     params = fit(chosen, readings)

@@ -122,7 +122,8 @@ def recalibrate_grounded(cfg: Config, probe_dir: str | Path | None = None, pairs
         with SpanUQ.load(probe_dir, cfg=cfg) as uq:
             readings = slot_readings(uq, read_pairs(pairs), progress=not getattr(cfg, "no_progress", False))
         write_jsonl(cache, [asdict(r) for r in readings])
-    entry, info = calibrate_grounded(readings, cfg.evaluate.flag_precision, cfg.evaluate.positive_threshold)
+    entry, info = calibrate_grounded(readings, cfg.evaluate.flag_precision, cfg.evaluate.positive_threshold,
+                                     cfg.evaluate.grounded_variants)
     ck = load_checkpoint(probe_dir)
     save_calibration(probe_dir, with_grounded(ck.calibration, entry))
     info = {"pairs": repo_relative(pairs), "readings": str(cache), "entry": entry, **info}
