@@ -359,6 +359,11 @@ class EvaluateConfig(_Section):
     # answers the backbone did not write: each name, date and number (spaCy's entities) is shown as a
     # span of its own, scored by its own surprisal (spanuq.score.facts); stored in the given calibration
     fact_spans: bool = True
+    # which forms `spanuq recalibrate --grounded` chooses the with-sources mapping of given answers from (by
+    # held-out log-loss, spanuq.train.grounded_calibration): "lookback" (the heads' attention on the sources)
+    # is measured but left out by default: on the bench's own wording it flags more right facts (docs/grounded.md)
+    grounded_variants: list[Literal["platt", "surprisal", "lookback"]] = Field(
+        default_factory=lambda: ["platt", "surprisal"], min_length=1)
     positive_threshold: float = 0.5  # span AUROC: u* >= 0.5 is positive
     pair_gap: float = 0.3  # within-answer pair accuracy: pairs of one answer with |Δu*| >= pair_gap
     seq_positive_threshold: float = 0.3  # sequence AUROC@0.3

@@ -13,6 +13,8 @@ import pytest
 from spanuq.bench.grounded import CASES, KINDS, PAIRS, TRAIN_PAIRS, in_source, pasted, read_pairs
 from spanuq.train.grounded_slots import SlotReading
 
+REPO = TRAIN_PAIRS.parents[3]
+
 
 def test_the_bundled_pairs_hold_every_case_and_kind_as_their_case_says():
     pairs = read_pairs(PAIRS)
@@ -92,6 +94,53 @@ def test_the_fit_chooses_the_terms_that_read_the_answer_against_the_source_on_va
     # calibration beside the figures: the surprisal mapping has the lower Brier score on validation, both a low ECE
     assert v["surprisal"]["brier"] < v["platt"]["brier"] and 0 <= v["surprisal"]["ece"] < 0.05
     assert v["surprisal"]["wrong_u_ge_0.5"] > 0.9 and {"right_u_ge_0.5_a", "right_u_ge_0.5_c"} <= set(v["surprisal"])
+
+
+def readings_where_lookback_decides(n_subjects: int = 30, seed: int = 0) -> list[SlotReading]:
+    """Slots like `readings_where_surprisal_decides`, except in case c: there the right value, stated in other
+    words, surprises the backbone as much as a wrong one, and only one attention head (of 12) looks back at
+    the sources more over the right value than over the wrong one."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in readings_where_surprisal_decides(n_subjects, seed):
+        s = r.surprisal
+        if r.case == "c":
+            s = max(0.0, rng.normal(9.0, 1.5))
+        heads = rng.uniform(0.2, 0.4, 12)
+        if r.case != "d":  # where the sources state the value, head 7 reads it there
+            heads[7] += 0.3 if r.label == 0 else 0.0
+        out.append(SlotReading(r.pair, r.group, r.case, r.kind, r.twin, r.label, r.u_raw, s, r.entropy, True,
+                               tuple(heads)))
+    return out
+
+
+def test_the_lookback_variant_is_chosen_where_the_heads_read_a_fact_in_other_words():
+    from spanuq.model.calibration import Calibration, span_terms
+    from spanuq.train.grounded_calibration import calibrate_grounded, with_grounded
+
+    readings = readings_where_lookback_decides()
+    entry, info = calibrate_grounded(readings, precision=0.9)
+    v = info["validation"]
+    assert info["variant"] == "lookback" and len(entry["lookback"]) == 12
+    assert v["lookback"]["log_loss"] < v["surprisal"]["log_loss"]
+    assert v["surprisal"]["right_u_ge_0.5_c"] > 0.5 and v["lookback"]["right_u_ge_0.5_c"] < 0.2
+    assert v["lookback"]["wrong_u_ge_0.5"] > 0.9
+    assert max(range(12), key=lambda k: abs(entry["lookback"][k])) == 7  # the head that reads the sources
+    # stored as JSON numbers in the probe's config, read back as the with-sources mapping of given answers
+    cal = Calibration.from_dict(json.loads(json.dumps(with_grounded(Calibration(), entry).as_dict())))
+    g = cal.for_source("given", grounded=True)
+    assert g.reads_lookback and not cal.for_source("given").reads_lookback and "lookback" not in cal.as_dict()
+    lr = np.tile(np.array(readings[0].lookback), (3, 1))
+    terms = span_terms([0.5, 2.0, 1.0], [1.0, 0.3, 0.2], [(0, 1)], lr)
+    assert terms.shape == (1, 14) and np.allclose(terms[0], [2.5, 1.0, *readings[0].lookback])
+    with pytest.raises(ValueError, match="lookback ratios"):
+        g.scores([0.5], [[2.5, 1.0]])  # a span read without the heads' attention is refused, not mis-scored
+    # `spanuq recalibrate --grounded` chooses among evaluate.grounded_variants: lookback is asked for, not default
+    from spanuq.config import load_config
+
+    default = load_config(REPO / "params.yaml").evaluate.grounded_variants
+    assert "lookback" not in default
+    assert calibrate_grounded(readings, precision=0.9, variants=default)[1]["variant"] == "surprisal"
 
 
 def test_the_fit_records_the_training_pairs_by_their_place_in_the_repository(tmp_path):

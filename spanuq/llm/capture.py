@@ -20,7 +20,9 @@ a few tokens at a time.  Two ways to grow the answer use it:
 
 ``reprompt(prompt_ids)`` starts another answer after another prompt on the same cache: the cache
 keeps the tokens the two prompts share from the start (the same sources in the system message,
-`spanuq.llm.prefix`) and only the rest of the new prompt is fed.  Logits are computed only where
+`spanuq.llm.prefix`) and only the rest of the new prompt is fed.  With ``sources`` (the source tokens'
+positions in the prompt) each answer token's lookback ratios are kept too (`spanuq.llm.lookback`: the
+attention rows of the tokens fed, under eager attention).  Logits are computed only where
 they are read (the prompt's last position, every answer position): the vocabulary projection over
 the prompt's other positions is most of a long prompt's cost after the layers.
 """
@@ -31,6 +33,7 @@ from typing import Iterator, Sequence
 
 import torch
 
+from .lookback import eager_attention, token_lookback
 from .states import FeatureItem, cache_kwargs, fuse_layers, logits_kwargs, token_entropy, token_surprisal
 
 
@@ -38,7 +41,8 @@ class StateCapture:
     """``cap = StateCapture(model, prompt_ids, layers)``, then ``cap.greedy(...)`` or ``cap.sync(ids)``;
     ``cap.item(n)`` is the `FeatureItem` of the first ``n`` answer tokens."""
 
-    def __init__(self, model, prompt_ids: Sequence[int], layers: Sequence[int], out_dtype=torch.float16):
+    def __init__(self, model, prompt_ids: Sequence[int], layers: Sequence[int], out_dtype=torch.float16,
+                 sources: Sequence[int] | None = None):
         from transformers import DynamicCache
 
         self.model, self.layers, self.out_dtype = model, list(layers), out_dtype
@@ -46,12 +50,12 @@ class StateCapture:
         self.cache = DynamicCache(config=model.config)
         self.prompt: list[int] = []
         self.forwards, self.seconds = 0, 0.0
-        self.reprompt(prompt_ids)
+        self.reprompt(prompt_ids, sources)
 
-    def reprompt(self, prompt_ids: Sequence[int]) -> int:
+    def reprompt(self, prompt_ids: Sequence[int], sources: Sequence[int] | None = None) -> int:
         """Start a new answer after ``prompt_ids``: the cache keeps the tokens this prompt shares with the
         last one from the start (all but the prompt's last token at most: its logits decode y_1) and the
-        rest is fed; returns how many prompt tokens were fed."""
+        rest is fed; returns how many prompt tokens were fed.  ``sources``: see `look_at`."""
         prompt_ids = list(prompt_ids)
         if not prompt_ids:
             raise ValueError("StateCapture needs a prompt of at least one token")
@@ -65,12 +69,22 @@ class StateCapture:
         self.h: list[torch.Tensor] = []  # (d,) fused state per answer token
         self.ent: list[torch.Tensor] = []  # () entropy per answer token
         self.sur: list[torch.Tensor] = []  # () surprisal per answer token
+        self.sources = None if sources is None else list(sources)
+        self.lr: list[torch.Tensor] = []  # (layers·heads,) lookback ratios per answer token, with sources
         with torch.inference_mode():  # the prompt's states are not kept: only its last position's logits
             out = self._forward(prompt_ids[k:], hidden=False, **logits_kwargs(self.model, 1))
         self.forwards, self.seconds = 0, 0.0  # forward passes on the answer's tokens and their time (not the prompt's)
         self._prompt_logits = out.logits[0, -1].float()  # the distribution y_1 is decoded from
         self.next_logits = self._prompt_logits  # the distribution of the token after the last one fed
         return len(prompt_ids) - k
+
+    def look_at(self, sources: Sequence[int] | None) -> None:
+        """Keep each answer token's lookback ratios on the source tokens at positions ``sources`` of the prompt
+        (None: none kept); answer tokens read without them are read again."""
+        sources = None if sources is None else list(sources)
+        if sources != self.sources:
+            self.crop(0)
+            self.sources = sources
 
     def _forward(self, ids: list[int], hidden: bool = True, **kw):
         t0 = time.perf_counter()
@@ -86,7 +100,12 @@ class StateCapture:
         ids = list(ids)
         if not ids:
             return
-        out = self._forward(ids)
+        if self.sources is None:
+            out = self._forward(ids)
+        else:
+            with eager_attention(self.model):
+                out = self._forward(ids, output_attentions=True)
+            self.lr.extend(token_lookback([a[0] for a in out.attentions], self.sources, self.P, len(self.ids)))
         fused = fuse_layers(out.hidden_states, self.layers)[0]  # (len(ids), d)
         logits = out.logits[0].float()  # row j predicts the token after ids[j]
         before = torch.cat([self.next_logits[None], logits[:-1]])  # row j: the distribution ids[j] came from
@@ -101,7 +120,7 @@ class StateCapture:
         if n >= len(self.ids):
             return
         self.cache.crop(n - len(self.ids))  # a negative count: tokens to remove
-        del self.ids[n:], self.h[n:], self.ent[n:], self.sur[n:]
+        del self.ids[n:], self.h[n:], self.ent[n:], self.sur[n:], self.lr[n:]
         if n == 0:
             self.next_logits = self._prompt_logits
         else:  # the logits after token n-1 were not kept: one token re-fed gives them
@@ -134,4 +153,5 @@ class StateCapture:
         """The probe input of the first ``n`` answer tokens (all of them by default)."""
         n = len(self.ids) if n is None else n
         return FeatureItem(torch.stack(self.h[:n]).cpu(), torch.stack(self.ent[:n]).cpu(),
-                           torch.tensor(self.ids[:n], dtype=torch.int32), torch.stack(self.sur[:n]).cpu())
+                           torch.tensor(self.ids[:n], dtype=torch.int32), torch.stack(self.sur[:n]).cpu(),
+                           None if self.sources is None else torch.stack(self.lr[:n]))

@@ -47,8 +47,9 @@ class PrefixCache:
             n += 1
         return n
 
-    def read(self, prompt_ids: Sequence[int], ids: Sequence[int]) -> FeatureItem:
-        """The probe input of answer ``ids`` after ``prompt_ids`` (module docstring)."""
+    def read(self, prompt_ids: Sequence[int], ids: Sequence[int], sources: Sequence[int] | None = None) -> FeatureItem:
+        """The probe input of answer ``ids`` after ``prompt_ids`` (module docstring); with ``sources`` (the
+        source tokens' positions in the prompt) its lookback ratios too (`spanuq.llm.lookback`)."""
         prompt_ids, ids = list(prompt_ids), list(ids)
         if not ids:
             raise ValueError("PrefixCache.read needs an answer of at least one token")
@@ -57,9 +58,11 @@ class PrefixCache:
         if best is not None and shared[best] >= min(MIN_SHARED, len(prompt_ids) - 1):
             cap = self._caps.pop(best)
             if cap.prompt != prompt_ids:
-                self.fed += cap.reprompt(prompt_ids)
+                self.fed += cap.reprompt(prompt_ids, sources)
+            else:
+                cap.look_at(sources)
         else:
-            cap = StateCapture(self.model, prompt_ids, self.layers, self.out_dtype)
+            cap = StateCapture(self.model, prompt_ids, self.layers, self.out_dtype, sources)
             self.fed += len(prompt_ids)
             if len(self._caps) >= self.entries:
                 self._caps.pop(0)  # the least recently used

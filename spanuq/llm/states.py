@@ -39,6 +39,7 @@ class FeatureItem:
     entropy: torch.Tensor  # (T,)
     token_ids: torch.Tensor  # (T,) int32
     surprisal: torch.Tensor | None = None  # (T,) −log p(y_t | x, y_<t); None in stores written without it
+    lookback: torch.Tensor | None = None  # (T, layers·heads) lookback ratios (`spanuq.llm.lookback`); only where read
 
 
 def fuse_layers(hidden_states: Sequence[torch.Tensor] | torch.Tensor, layers: Sequence[int] | None = None

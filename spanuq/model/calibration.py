@@ -33,6 +33,14 @@ again: ``grounded`` holds a mapping per answer source fitted on answers read wit
 ``{"generated": {...}, "given": {...}}``, each of the form of ``given``.  ``for_source(source,
 grounded=True)`` takes it when fitted; a probe without one scores such answers with its mapping
 without sources, and `Calibration.fitted_for` says so (the result's ``calibration_source``).
+
+A with-sources mapping may also read how the backbone's attention heads look back at the sources
+over the span (``lookback``: one weight λ_k per layer × head, `spanuq.llm.lookback`):
+
+    û = σ(logit(û) / T + b + w · S − v · H₀ + Σ_k λ_k · LR̄_k)
+
+with LR̄_k head k's lookback ratio averaged over the span's tokens (`span_terms`): a value the sources
+state in other words is read by heads that look back at them, a wrong one is not (docs/grounded.md).
 """
 from __future__ import annotations
 
@@ -66,6 +74,17 @@ def span_surprisal(surprisal, entropy, spans) -> np.ndarray:
     h = np.asarray(entropy, dtype=np.float64).ravel()
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
     return np.array([(s[b: e + 1].sum(), h[b]) for b, e in spans], dtype=np.float64).reshape(-1, 2)
+
+
+def span_terms(surprisal, entropy, spans, lookback=None) -> np.ndarray:
+    """What a mapping reads of each span: (S, H₀) (`span_surprisal`), then, with ``lookback`` (T, layers·heads,
+    `spanuq.llm.lookback`), the span's mean lookback ratio of each head.  Returns (n, 2) or (n, 2 + layers·heads)."""
+    sh = span_surprisal(surprisal, entropy, spans)
+    if lookback is None:
+        return sh
+    from ..llm.lookback import span_lookback
+
+    return np.concatenate([sh, span_lookback(lookback, spans)], axis=1)
 
 
 def apply_temperature(u_pred, temperature: float) -> np.ndarray:
@@ -102,6 +121,7 @@ class Calibration:
     surprisal: float = 0.0
     context: float = 0.0
     fact_spans: bool = False
+    lookback: tuple[float, ...] | None = field(default=None, hash=False, compare=True)
     given: dict | None = field(default=None, hash=False, compare=True)
     grounded: dict | None = field(default=None, hash=False, compare=True)
 
@@ -118,22 +138,33 @@ class Calibration:
 
     def scores(self, u_raw, span=None) -> np.ndarray:
         """Calibrated û of raw û (the identity at T = 1, b = 0, w = v = 0). ``span``: (S, H₀) of each
-        span (`span_surprisal`), needed when w or v ≠ 0; None leaves the span term out (û_seq)."""
+        span (`span_terms`; with the heads' lookback ratios after them when the mapping reads them), needed
+        when w or v ≠ 0 or λ is set; None leaves the span term out (û_seq)."""
         u = np.asarray(u_raw, dtype=np.float64)
         term = 0.0
         if self.reads_surprisal and span is not None:
-            sh = np.asarray(span, dtype=np.float64).reshape(-1, 2)
+            sh = np.atleast_2d(np.asarray(span, dtype=np.float64))
             if len(sh) != u.size:
                 raise ValueError(f"{len(sh)} span surprisals for {u.size} û")
+            if self.lookback is not None and sh.shape[1] != 2 + len(self.lookback):
+                raise ValueError(f"this mapping reads {len(self.lookback)} lookback ratios of each span (it was "
+                                 f"fitted on answers read with their sources), got {sh.shape[1] - 2}")
             term = self.surprisal * sh[:, 0] - self.context * sh[:, 1]
+            if self.lookback is not None:
+                term = term + sh[:, 2:] @ np.asarray(self.lookback, dtype=np.float64)
         if self.temperature == 1.0 and self.bias == 0.0 and np.all(term == 0.0):
             return u
         return expit(clipped_logit(unit_interval(u)).ravel() / self.temperature + self.bias + term).reshape(u.shape)
 
     @property
     def reads_surprisal(self) -> bool:
-        """Whether these scores need each span's surprisal and entropy (w or v ≠ 0)."""
-        return self.surprisal != 0.0 or self.context != 0.0
+        """Whether these scores need each span's surprisal and entropy (w or v ≠ 0, or lookback weights)."""
+        return self.surprisal != 0.0 or self.context != 0.0 or self.lookback is not None
+
+    @property
+    def reads_lookback(self) -> bool:
+        """Whether these scores need each span's lookback ratios (the answer read with its sources' attention)."""
+        return self.lookback is not None
 
     def for_source(self, source: str, grounded: bool = False) -> "Calibration":
         """The calibration of answers of ``source``: ``generated`` (the backbone's own, this one) or
@@ -153,7 +184,9 @@ class Calibration:
                        validity_threshold=float(g.get("validity_threshold", self.validity_threshold)),
                        flag=float(g.get("flag", self.flag)), margin=float(g.get("margin", self.margin)),
                        surprisal=float(g.get("surprisal", 0.0)), context=float(g.get("context", 0.0)),
-                       fact_spans=bool(g.get("fact_spans", False)), given=None, grounded=None)
+                       fact_spans=bool(g.get("fact_spans", False)),
+                       lookback=None if g.get("lookback") is None else tuple(float(x) for x in g["lookback"]),
+                       given=None, grounded=None)
 
     def fitted_for(self, source: str, grounded: bool = False) -> str:
         """Which mapping `for_source` takes, as results name it: ``generated`` / ``given``, with
@@ -177,11 +210,14 @@ class Calibration:
 
     def raw(self) -> "Calibration":
         """This calibration without the û mapping: û as the probe gives it (for every source)."""
-        return replace(self, temperature=1.0, bias=0.0, surprisal=0.0, context=0.0, given=None, grounded=None)
+        return replace(self, temperature=1.0, bias=0.0, surprisal=0.0, context=0.0, lookback=None, given=None,
+                       grounded=None)
 
     def as_dict(self) -> dict:
         """What ``config.json`` stores; ``fact_spans`` only inside ``given`` (own answers are never split)."""
         d = asdict(self)
+        if d["lookback"] is None:
+            d.pop("lookback")  # read only by with-sources mappings (inside ``grounded``)
         if d["grounded"] is None:
             d.pop("grounded")  # a probe without with-sources calibration stores what it stored before
         if not d.pop("fact_spans"):
@@ -208,6 +244,8 @@ class Calibration:
                        source: {k: _value(k, v) for k, v in g.items()} for source, g in grounded.items()})
 
 
-def _value(key: str, v) -> float | bool:
-    """A stored calibration value: ``fact_spans`` a switch, every other one a number."""
+def _value(key: str, v) -> float | bool | tuple[float, ...]:
+    """A stored calibration value: ``fact_spans`` a switch, ``lookback`` a list of weights, every other one a number."""
+    if key == "lookback":
+        return tuple(float(x) for x in v)
     return bool(v) if key == "fact_spans" else float(v)

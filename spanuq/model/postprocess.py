@@ -31,7 +31,7 @@ from typing import Protocol, Sequence
 import numpy as np
 import torch
 
-from .calibration import Calibration, span_surprisal
+from .calibration import Calibration, span_terms
 from .span_ops import normalized_to_token_spans, suppress_duplicates
 
 
@@ -223,11 +223,15 @@ class PostProcess:
     @torch.no_grad()
     def __call__(self, outputs: dict[str, torch.Tensor], lengths: torch.Tensor,
                  answers: Sequence[Answer | None] | None = None, prompt_ids: Sequence[str] | None = None,
-                 surprisal: torch.Tensor | None = None, entropy: torch.Tensor | None = None) -> list[Prediction]:
+                 surprisal: torch.Tensor | None = None, entropy: torch.Tensor | None = None,
+                 lookback: Sequence | None = None) -> list[Prediction]:
         cal = self.calibration
         if cal.reads_surprisal and (surprisal is None or entropy is None):
             raise ValueError("this calibration reads each span's surprisal (a given-answer mapping with w or "
                              "v != 0): the answers' token surprisal and entropy are needed")
+        if cal.reads_lookback and (lookback is None or any(x is None for x in lookback)):
+            raise ValueError("this calibration reads each span's lookback ratios (a with-sources mapping with "
+                             "lookback weights): the answers must be read with their sources' attention")
         tok = normalized_to_token_spans(outputs["spans"], lengths[:, None]).cpu().numpy()
         p = outputs["validity_logits"].sigmoid().cpu().numpy().astype(np.float64)
         u_raw = outputs["u"].cpu().numpy().astype(np.float64)
@@ -246,8 +250,9 @@ class PostProcess:
                                  dtype=np.int64).reshape(-1, 2)
             out.append(Prediction(
                 prompt_id=prompt_ids[i] if prompt_ids is not None else str(i), spans=spans,
-                u=cal.scores(u_raw[i], span_surprisal(surprisal[i, :n], entropy[i, :n], spans) if cal.reads_surprisal
-                             else None), validity=p[i], u_seq=float(cal.scores(np.array([u_seq[i]]))[0]),
+                u=cal.scores(u_raw[i], span_terms(surprisal[i, :n], entropy[i, :n], spans,
+                                                  lookback[i] if cal.reads_lookback else None)
+                             if cal.reads_surprisal else None), validity=p[i], u_seq=float(cal.scores(np.array([u_seq[i]]))[0]),
                 keep=select_spans(spans, p[i], cal.validity_threshold, cal.dup_iou), u_raw=u_raw[i],
                 u_seq_raw=float(u_seq[i]), nu=nu[i], chars=chars, threshold=cal.validity_threshold))
         return out
@@ -259,6 +264,7 @@ class States(Protocol):
     h: torch.Tensor  # (T, d) fused hidden states
     entropy: torch.Tensor  # (T,) token entropy
     surprisal: torch.Tensor | None  # (T,) token surprisal, when stored
+    # and, where read with sources' attention, ``lookback`` (T, layers·heads) (`spanuq.llm.lookback`)
 
 
 def pad_states(items: Sequence[States]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -307,8 +313,10 @@ def predict(probe, items: Sequence[States], calibration: Calibration, answers: S
             sur = pad_surprisal(batch) if probe.cfg.use_surprisal or calibration.reads_surprisal else None
             o = probe(h, ent if probe.cfg.use_entropy else None, mask, lengths,
                       surprisal=None if sur is None or not probe.cfg.use_surprisal else sur.to(device))
+            lb = ([None if getattr(it, "lookback", None) is None else it.lookback.float().numpy() for it in batch]
+                  if calibration.reads_lookback else None)
             out += post(o, lengths, answers[s: s + batch_size] if answers is not None else None,
-                        prompt_ids[s: s + batch_size], surprisal=sur, entropy=ent.cpu())
+                        prompt_ids[s: s + batch_size], surprisal=sur, entropy=ent.cpu(), lookback=lb)
     finally:
         probe.train(was_training)
     return out

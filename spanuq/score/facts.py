@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from ..label.targets import char_span_to_tokens
-from ..model.calibration import Calibration, span_surprisal
+from ..model.calibration import Calibration, span_terms
 from ..model.postprocess import EDGE_PUNCT, Answer, Prediction, function_words, snap_token_span, token_span_to_chars
 
 log = logging.getLogger(__name__)
@@ -100,12 +100,13 @@ def nearest_query(spans: np.ndarray, fact: tuple[int, int]) -> int | None:
 
 
 def split_at_facts(pred: Prediction, answer: Answer, facts: Sequence[tuple[int, int]], surprisal, entropy,
-                   calibration: Calibration) -> Prediction:
+                   calibration: Calibration, lookback=None) -> Prediction:
     """``pred`` with its shown spans split at the answer's facts and the facts no shown span touches
     added (module docstring), each piece scored with the raw û, validity and ν of the query it comes
     from and its own (S, H₀) under ``calibration``. The pieces are appended after the N queries;
     ``keep`` shows them in place of the spans they came from. ``facts``: characters [start, end) of
-    each (`entity_chars`); ``surprisal``, ``entropy``: (T,) of the answer's tokens."""
+    each (`entity_chars`); ``surprisal``, ``entropy``: (T,) of the answer's tokens; ``lookback``: (T, layers·heads)
+    lookback ratios, where the calibration reads them."""
     if pred.chars is None or pred.u_raw is None or not facts:
         return pred
     facts = fact_tokens(answer, facts)
@@ -133,7 +134,8 @@ def split_at_facts(pred: Prediction, answer: Answer, facts: Sequence[tuple[int, 
     spans = np.array(new_spans, dtype=np.int64).reshape(-1, 2)
     rows = np.array(new_rows, dtype=np.int64)
     u_raw = pred.u_raw[rows]
-    u = calibration.scores(u_raw, span_surprisal(surprisal, entropy, spans) if calibration.reads_surprisal else None)
+    u = calibration.scores(u_raw, span_terms(surprisal, entropy, spans, lookback if calibration.reads_lookback else None)
+                           if calibration.reads_surprisal else None)
     chars = np.array([token_span_to_chars(answer.text, answer.offsets, int(b), int(e)) for b, e in spans],
                      dtype=np.int64).reshape(-1, 2)
     n = len(pred.spans)
@@ -146,7 +148,7 @@ def split_at_facts(pred: Prediction, answer: Answer, facts: Sequence[tuple[int, 
 
 
 def show_facts(pred: Prediction | None, answer: Answer | None, surprisal, entropy, calibration: Calibration,
-               spacy_model: str) -> Prediction | None:
+               spacy_model: str, lookback=None) -> Prediction | None:
     """`split_at_facts` with the answer's facts found by the spaCy pipeline ``spacy_model``, when
     ``calibration`` says so (``fact_spans``: the given calibration) and the answer's text and token
     surprisal are known; else ``pred`` as it is. Every consumer that shows given answers calls this.
@@ -158,7 +160,8 @@ def show_facts(pred: Prediction | None, answer: Answer | None, surprisal, entrop
     if nlp is None:
         return pred
     return split_at_facts(pred, answer, entity_chars(nlp, answer.text), np.asarray(surprisal, dtype=np.float64),
-                          np.asarray(entropy, dtype=np.float64), calibration)
+                          np.asarray(entropy, dtype=np.float64), calibration,
+                          None if lookback is None else np.asarray(lookback, dtype=np.float64))
 
 
 @lru_cache(maxsize=2)

@@ -444,10 +444,15 @@ class SpanUQ:
         """Step 2: the answers' states in teacher-forced passes, shortest first in batches of
         ``score.batch_size``; an answer longer than the probe's window alone, chunked past the context.
         An answer with sources is read on the KV cache of its prompt (``score.prefix_cache``): the sources
-        an earlier answer was read after are not read again."""
+        an earlier answer was read after are not read again.  Where its with-sources mapping reads the heads'
+        lookback ratios (`spanuq.llm.lookback`), the same pass keeps them (under eager attention)."""
         if self.cfg.score.prefix_cache:
             self._read_on_prefix([it for it in todo if it.passages is not None])
             todo = [it for it in todo if it.passages is None]
+        looks = [it for it in todo if self._sources_of(it) is not None]
+        if looks:
+            self._read_looking_back(looks)
+            todo = [it for it in todo if self._sources_of(it) is None]
         todo = sorted(todo, key=lambda it: len(it.ids))
         for item in [it for it in todo if len(it.ids) > self.window]:
             t0 = time.perf_counter()
@@ -465,6 +470,25 @@ class SpanUQ:
             for item, f in zip(batch, feats):
                 item.states, item.backbone_s = f, share
 
+    def _sources_of(self, item: Pending) -> list[int] | None:
+        """The source tokens' positions in the item's input, where its mapping reads lookback ratios; else None."""
+        if item.passages is None or not self.calibration.for_source(item.source, grounded=True).reads_lookback:
+            return None
+        from ..llm.lookback import source_positions
+
+        return source_positions(self.tok, item.chat, item.windows[item.window].read)
+
+    def _read_looking_back(self, todo: list[Pending]) -> None:
+        """`_read_states` of answers whose lookback ratios are read, without the prefix cache: one pass each."""
+        from ..llm.capture import StateCapture
+
+        for item in todo:
+            t0 = time.perf_counter()
+            cap = StateCapture(self.model, self.tok(item.chat, add_special_tokens=False)["input_ids"], self.layers,
+                               self.out_dtype, self._sources_of(item))
+            cap.sync(item.ids)
+            item.states, item.backbone_s = cap.item(), time.perf_counter() - t0
+
     def _read_on_prefix(self, todo: list[Pending]) -> None:
         """`_read_states` of answers with sources, one by one on the cache of the last prompts read (items
         after the same window of sources one after another)."""
@@ -474,7 +498,8 @@ class SpanUQ:
             self._prefix = PrefixCache(self.model, self.layers, self.out_dtype, self.cfg.score.prefix_cache)
         for item in sorted(todo, key=lambda it: it.chat):
             t0 = time.perf_counter()
-            item.states = self._prefix.read(self.tok(item.chat, add_special_tokens=False)["input_ids"], item.ids)
+            item.states = self._prefix.read(self.tok(item.chat, add_special_tokens=False)["input_ids"], item.ids,
+                                            self._sources_of(item))
             item.backbone_s = time.perf_counter() - t0
 
     def _probe(self, items: list[Pending]) -> tuple[list[tuple[Prediction | None, list]], float]:
@@ -506,7 +531,8 @@ class SpanUQ:
         st = item.states
         item.probe_spans = [(s.b, s.e) for s in pred.shown()]  # what the subject-unknown threshold was fitted on
         return show_facts(pred, self._answer(item), None if st.surprisal is None else st.surprisal.float().numpy(),
-                          st.entropy.float().numpy(), cal, self.cfg.label.spacy_model)
+                          st.entropy.float().numpy(), cal, self.cfg.label.spacy_model,
+                          None if st.lookback is None else st.lookback.float().numpy())
 
     def score_stream(self, prompt: str, *, every: int | None = None, at_clauses: bool | None = None,
                      generator: str | None = None, cancel=None, context: list | None = None) -> Iterator[StreamUpdate]:

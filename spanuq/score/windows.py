@@ -71,6 +71,12 @@ class _Slice:
     h: torch.Tensor
     entropy: torch.Tensor
     surprisal: torch.Tensor | None = None
+    lookback: torch.Tensor | None = None
+
+
+def _slice(it, s: int, e: int) -> _Slice:
+    sur, lb = getattr(it, "surprisal", None), getattr(it, "lookback", None)
+    return _Slice(it.h[s:e], it.entropy[s:e], None if sur is None else sur[s:e], None if lb is None else lb[s:e])
 
 
 def merge_windows(preds: Sequence[Prediction], windows: Sequence[tuple[int, int]], T: int,
@@ -119,8 +125,7 @@ def predict_windows(probe, items: Sequence[States], calibration: Calibration,
     for i, (it, plan) in enumerate(zip(items, plans)):
         a = answers[i] if answers is not None else None
         for s, e in plan:
-            sur = getattr(it, "surprisal", None)
-            slices.append(_Slice(it.h[s:e], it.entropy[s:e], None if sur is None else sur[s:e]))
+            slices.append(_slice(it, s, e))
             slice_answers.append(Answer(a.text, list(a.offsets[s:e])) if a is not None else None)
             owner.append(i)
     preds = predict(probe, slices, calibration, slice_answers, batch_size=batch_size, device=device,
@@ -179,8 +184,7 @@ def predict_readable(probe, items: Sequence[States], calibration: Calibration,
             out[i] = (None, failed)
             continue
         a = answers[i] if answers is not None else None
-        sur = getattr(it, "surprisal", None)
-        slices = [_Slice(it.h[s:e], it.entropy[s:e], None if sur is None else sur[s:e]) for s, e in good]
+        slices = [_slice(it, s, e) for s, e in good]
         parts = predict(probe, slices, calibration,
                         [Answer(a.text, list(a.offsets[s:e])) if a is not None else None for s, e in good],
                         batch_size=batch_size, device=device, prompt_ids=[prompt_ids[i]] * len(good))

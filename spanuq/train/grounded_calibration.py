@@ -8,7 +8,8 @@ Its form is the given-answer mapping's, read after the rendered sources:
 
 with S the slot span's surprisal given the sources (the backbone copies a value the source
 states, so the right value is cheap and a value the source contradicts or lacks is not) and H₀
-the entropy where the span begins. Which terms it reads is chosen by measurement on validation:
+the entropy where the span begins; the ``lookback`` variant adds each attention head's lookback ratio
+on the sources over the span (`spanuq.train.grounded_lookback`). Which terms it reads is chosen by measurement on validation:
 the training pairs' subjects are split (`VALIDATION_SHARE` of them held out, by a hash of the
 subject), each variant of `VARIANTS` is fitted on the rest and the one with the lowest
 validation log-loss is refitted on every pair. Beside it, what the variants reach on validation:
@@ -30,7 +31,7 @@ from ..metrics.ece import expected_calibration_error, fit_platt, fit_platt_surpr
 from ..model.calibration import Calibration
 
 VALIDATION_SHARE = 1 / 3
-VARIANTS = ("platt", "surprisal")  # T, b on û alone | T, b, w, v on û, S, H₀
+VARIANTS = ("platt", "surprisal", "lookback")  # T, b on û alone | T, b, w, v on û, S, H₀ | and λ on the heads' LR
 
 
 def held_out(group: str, share: float = VALIDATION_SHARE) -> bool:
@@ -56,19 +57,34 @@ def fit(variant: str, readings: list[SlotReading]) -> dict:
     if variant == "surprisal":
         t, b, w, v = fit_platt_surprisal(y, u, sh)
         return {"temperature": t, "bias": b, "surprisal": w, "context": v}
+    if variant == "lookback":
+        from .grounded_lookback import fit_platt_lookback
+
+        r = [x for x in readings if x.covered]
+        if any(x.lookback is None for x in r):
+            raise ValueError("these slot readings carry no lookback ratios (read before they were): read them again")
+        return fit_platt_lookback(y, u, sh, np.array([x.lookback for x in r]), np.array([x.group for x in r]))
     raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS}")
 
 
 def mapping(params: dict) -> Calibration:
+    lb = params.get("lookback")
     return Calibration(temperature=params["temperature"], bias=params["bias"],
-                       surprisal=params.get("surprisal", 0.0), context=params.get("context", 0.0))
+                       surprisal=params.get("surprisal", 0.0), context=params.get("context", 0.0),
+                       lookback=None if lb is None else tuple(lb))
+
+
+def terms(cal: Calibration, readings: list[SlotReading]) -> np.ndarray | None:
+    """What ``cal`` reads of each slot's span: (S, H₀), then the heads' lookback ratios when it reads them."""
+    if not cal.reads_surprisal:
+        return None
+    sh = np.array([(x.surprisal, x.entropy) for x in readings]).reshape(-1, 2)
+    return np.c_[sh, np.array([x.lookback for x in readings])] if cal.reads_lookback else sh
 
 
 def scored(params: dict, readings: list[SlotReading]) -> np.ndarray:
     cal = mapping(params)
-    u = np.array([x.u_raw for x in readings])
-    sh = np.array([(x.surprisal, x.entropy) for x in readings]).reshape(-1, 2)
-    return cal.scores(u, sh if cal.reads_surprisal else None)
+    return cal.scores(np.array([x.u_raw for x in readings]), terms(cal, readings))
 
 
 def evaluate(params: dict, readings: list[SlotReading]) -> dict:
@@ -107,18 +123,22 @@ def measure(readings: list[SlotReading], s: np.ndarray) -> dict:
     return out
 
 
-def calibrate_grounded(readings: list[SlotReading], precision: float, positive: float = 0.5) -> tuple[dict, dict]:
-    """The ``grounded["given"]`` entry (module docstring) and what was measured to choose it."""
+def calibrate_grounded(readings: list[SlotReading], precision: float, positive: float = 0.5,
+                       variants: tuple[str, ...] | list[str] = VARIANTS) -> tuple[dict, dict]:
+    """The ``grounded["given"]`` entry (module docstring) and what was measured to choose it, among ``variants``
+    (``evaluate.grounded_variants``; ``lookback`` only where the readings carry the heads' ratios)."""
     fit_part = [x for x in readings if not held_out(x.group)]
     val_part = [x for x in readings if held_out(x.group)]
     if not fit_part or not val_part:
         raise ValueError("the grounded training pairs need subjects on both sides of the validation split")
-    validation = {v: evaluate(fit(v, fit_part), val_part) for v in VARIANTS}
-    chosen = min(VARIANTS, key=lambda v: validation[v]["log_loss"])
+    variants = [v for v in variants if v != "lookback" or all(x.lookback is not None for x in readings)]
+    if not variants:
+        raise ValueError("no with-sources form to choose from: the lookback variant needs readings with lookback ratios")
+    validation = {v: evaluate(fit(v, fit_part), val_part) for v in variants}
+    chosen = min(variants, key=lambda v: validation[v]["log_loss"])
     params = fit(chosen, readings)
-    y, u, sh = arrays(readings)
-    cal = mapping(params)
-    flag, flag_info = flag_threshold(y, cal.scores(u, sh if cal.reads_surprisal else None), precision, positive)
+    y = np.array([x.label for x in readings if x.covered])
+    flag, flag_info = flag_threshold(y, scored(params, [x for x in readings if x.covered]), precision, positive)
     s = scored(params, readings)
     pairs: dict[str, dict] = {}
     for x, v in zip(readings, s):

@@ -16,7 +16,9 @@ surprisal s_t and entropy e_t, and the product's own post-processing (`SpanUQ.sc
 those states, each name, date and number a span of its own) gives the shown spans with raw û. A
 slot's reading is the span over it (the planted bench's rule, `slot_score`): its raw û, and
 (S, H₀) = (Σ s_t over the span, e at its first token) — the terms the given-answer mapping reads
-(`spanuq.model.calibration`), now read after the sources.
+(`spanuq.model.calibration`), now read after the sources — and, from the same pass, the mean over
+the span of each attention head's lookback ratio on the sources (`spanuq.llm.lookback`), what the
+``lookback`` variant of the with-sources calibration reads.
 """
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ class SlotReading:
     surprisal: float  # S: Σ of the span's token surprisal, after the sources
     entropy: float  # H₀: the entropy at the span's first token
     covered: bool  # a shown span covers the slot (IoU ≥ COVER_IOU)
+    lookback: tuple[float, ...] | None = None  # each head's lookback ratio, mean over the span (the slot's tokens
+    # when no span covers it); None in readings made before it was read
 
 
 def label(pair: GroundedPair, twin: str) -> float:
@@ -50,18 +54,23 @@ def label(pair: GroundedPair, twin: str) -> float:
 def slot_readings(uq, pairs: list[GroundedPair], batch_size: int = 8, progress: bool = False) -> list[SlotReading]:
     """Every twin's slot read with its sources (module docstring), correct then planted per pair;
     a twin the scorer could not read raises (training data is never silently thinner)."""
-    from ..bench.grounded_run import source_chat
     from ..bench.planted_run import COVER_IOU, char_iou
+    from ..context.passages import Passage
+    from ..context.render import render
     from ..llm.loading import token_offsets
-    from ..llm.states import extract_batch
+    from ..llm.lookback import extract_with_lookback, source_positions, span_lookback
 
     twins = [(p, name, t) for p in pairs for name, t in (("correct", p.correct), ("planted", p.planted))]
-    chats = [source_chat(uq, p.prompt, p.context, "context") for p, _, _ in twins]
+    rendered = [render(uq.tok, [{"role": "user", "content": p.prompt}],
+                       [(i, Passage(str(i), c), 0, len(c)) for i, c in enumerate(p.context, 1)], uq.system_prompt)
+                for p, _, _ in twins]  # the one rendering (`spanuq.bench.grounded_run.source_chat`)
+    chats = [r.chat for r in rendered]
+    sources = [source_positions(uq.tok, r.chat, r.read) for r in rendered]
     ids = [token_offsets(uq.tok, t.text)[0] for _, _, t in twins]
     feats = []
     for s in range(0, len(twins), batch_size):
-        feats += extract_batch(uq.model, uq.tok, chats[s: s + batch_size], ids[s: s + batch_size], uq.layers,
-                               uq.out_dtype)
+        feats += extract_with_lookback(uq.model, uq.tok, chats[s: s + batch_size], ids[s: s + batch_size],
+                                       uq.layers, sources[s: s + batch_size], uq.out_dtype)
     kept = uq.calibration
     # the identity mapping with facts as spans of their own: raw û of the spans the product shows
     uq.calibration = replace(kept.raw(), given={"fact_spans": True})
@@ -81,9 +90,12 @@ def slot_readings(uq, pairs: list[GroundedPair], batch_size: int = 8, progress: 
                 best, span = iou, s
         if span is None:
             u, sh = float(r.u_seq), (0.0, 0.0)
+            toks = [j for j, (a, b) in enumerate(token_offsets(uq.tok, t.text)[1]) if a < t.slot[1] and b > t.slot[0]]
+            b, e = toks[0], toks[-1]
         else:
-            u = float(span.u_raw)
-            sh = span_surprisal(f.surprisal.float().numpy(), f.entropy.float().numpy(), [(span.b, span.e)])[0]
+            u, b, e = float(span.u_raw), span.b, span.e
+            sh = span_surprisal(f.surprisal.float().numpy(), f.entropy.float().numpy(), [(b, e)])[0]
+        lb = tuple(round(float(x), 6) for x in span_lookback(f.lookback.numpy(), [(b, e)])[0])
         out.append(SlotReading(p.id, p.group, p.case, p.kind, name, label(p, name), u, float(sh[0]), float(sh[1]),
-                               best >= COVER_IOU))
+                               best >= COVER_IOU, lb))
     return out

@@ -114,7 +114,7 @@ def recalibrate_grounded(cfg: Config, probe_dir: str | Path | None = None, pairs
     probe_dir = Path(probe_dir) if probe_dir is not None else paths.probe
     pairs = Path(pairs) if pairs is not None else TRAIN_PAIRS
     key = content_hash({"weights": sha256_file(probe_dir / "model.safetensors"), "pairs": sha256_file(pairs),
-                        "backbone": cfg.backbone.name, "reader": 1})
+                        "backbone": cfg.backbone.name, "reader": 2})
     cache = Path(cfg.paths.data) / cfg.backbone.name / "grounded" / f"readings-{key[:16]}.jsonl"
     if cache.exists():
         readings = [SlotReading(**r) for r in iter_jsonl(cache)]
@@ -122,7 +122,8 @@ def recalibrate_grounded(cfg: Config, probe_dir: str | Path | None = None, pairs
         with SpanUQ.load(probe_dir, cfg=cfg) as uq:
             readings = slot_readings(uq, read_pairs(pairs), progress=not getattr(cfg, "no_progress", False))
         write_jsonl(cache, [asdict(r) for r in readings])
-    entry, info = calibrate_grounded(readings, cfg.evaluate.flag_precision, cfg.evaluate.positive_threshold)
+    entry, info = calibrate_grounded(readings, cfg.evaluate.flag_precision, cfg.evaluate.positive_threshold,
+                                     cfg.evaluate.grounded_variants)
     ck = load_checkpoint(probe_dir)
     save_calibration(probe_dir, with_grounded(ck.calibration, entry))
     info = {"pairs": repo_relative(pairs), "readings": str(cache), "entry": entry, **info}
