@@ -12,6 +12,11 @@ with one thread per model, the types interleaved round by round, and prints
   different model: the labels and tables would change with it).
 
     python experiments/gguf_quant.py --prompts 12 --rounds 3 --types Q8_0 F16
+    python experiments/gguf_quant.py --width 16 --rounds 3 --types Q8_0 Q4_0   # the generate stage's batch
+
+``--width K`` times the generate stage's own decoder instead (`LlamaCppGenerator`, every thread of the
+machine, K sequences advancing together, as ``generate.llamacpp_slots``): the batch's matrix products are
+where llama.cpp's kernels differ most by type.
 """
 from __future__ import annotations
 
@@ -62,12 +67,33 @@ def decode(model_path: Path, chats: list[str], max_tokens: int) -> tuple[float, 
     return tokens / seconds, answers
 
 
+def decode_batch(model_path: Path, chats: list[str], max_tokens: int, width: int) -> tuple[float, list[str]]:
+    """(tokens per second, first sample of each chat) of the generate stage's decoder: ``width`` samples of
+    each chat decoded together, the stage's sampler, every thread."""
+    from spanuq.config import load_config
+    from spanuq.generate.llamacpp import LlamaCppGenerator
+
+    cfg = load_config(REPO / "params.yaml", [f"generate.llamacpp_slots={width}", "generate.stop=[]",
+                                             f"generate.sample_max_new_tokens={max_tokens}"])
+    gen = LlamaCppGenerator(cfg, model_path=str(model_path))
+    try:
+        gen.sample([chats[0]], 1, [1])  # warm-up
+        t0 = time.perf_counter()
+        out = gen.sample(chats, width, list(range(len(chats))))
+        seconds = time.perf_counter() - t0
+        tokens = sum(len(gen.tokenize(c.text)) for cs in out for c in cs)
+    finally:
+        gen.close()
+    return tokens / seconds, [cs[0].text for cs in out]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--types", nargs="+", default=["Q8_0", "F16"], choices=sorted(FTYPES))
+    ap.add_argument("--width", type=int, default=0, help="time the generate stage's batch of this many sequences")
     ap.add_argument("--out", type=Path, default=Path.home() / ".cache" / "spanuq" / "gguf")
     args = ap.parse_args()
 
@@ -88,12 +114,14 @@ def main() -> None:
     for r in range(args.rounds):
         order = list(models) if r % 2 == 0 else list(reversed(models))
         for name in order:
-            tps, ans = decode(models[name], chats, args.max_tokens)
+            tps, ans = (decode_batch(models[name], chats, args.max_tokens, args.width) if args.width
+                        else decode(models[name], chats, args.max_tokens))
             speed[name].append(tps)
             answers.setdefault(name, ans)
             print(f"round {r + 1}: {name:16s} {tps:6.1f} tok/s", flush=True)
     base = statistics.median(speed["Q4_1 (shipped)"])
-    print(f"\n{len(chats)} bundled prompts, greedy, <= {args.max_tokens} tokens, 1 thread, {args.rounds} rounds interleaved")
+    how = f"{args.width} samples each, decoded together, every thread" if args.width else "greedy, 1 thread"
+    print(f"\n{len(chats)} bundled prompts, {how}, <= {args.max_tokens} tokens, {args.rounds} rounds interleaved")
     print("| GGUF | file MB | median tok/s | vs Q4_1 | answers identical to Q4_1 |\n|---|---|---|---|---|")
     rows = []
     for name, path in models.items():

@@ -118,8 +118,8 @@ def test_the_extract_stage_reads_a_row_with_sources_over_the_input_the_scorer_re
     stored = FeatureStore(paths.features)[row.id]
     read = []
 
-    def spy(self, prompt_ids, ids):  # the scorer reads an answer with sources on its prompt's KV cache
-        out = real(self, prompt_ids, ids)
+    def spy(self, prompt_ids, ids, sources=None):  # the scorer reads an answer with sources on its prompt's KV cache
+        out = real(self, prompt_ids, ids, sources)
         read.append((list(prompt_ids), out))
         return out
 
