@@ -1,4 +1,4 @@
-"""The CPU kernels a pipeline stage computes with: the same bytes for the same inputs on every x86 CPU.
+"""The CPU kernels a pipeline stage computes with: the same bytes for the same inputs across x86 CPUs of a vendor.
 
 torch picks its CPU kernels at run time from what the CPU offers: ATen's AVX-512 kernels where the
 CPU has AVX-512, its AVX2 kernels where it does not (MKL and oneDNN dispatch alike).  Vectors of
@@ -7,6 +7,9 @@ between two machines, and with them the features' hash, the probe trained on the
 after it in ``dvc.lock``.  With ``backbone.cpu_kernels: avx2`` a stage pins ATen, MKL (its
 "conditional numerical reproducibility" mode) and oneDNN to their AVX2 code paths, which every
 x86 CPU since 2013 runs alike; llama.cpp's portable wheel is built for the same (scripts/setup.sh).
+Measured: that holds between vector widths on one CPU, and llama.cpp's tokens are the same on an AMD EPYC
+and an Intel Xeon, but torch's float32 states still differ in their last bits between those two (MKL's
+products are the first suspect), so ``dvc.lock`` holds across CPUs of one vendor (docs/results.md, 2026-11-29).
 ``native`` lets each library use the fastest path the CPU has.  A GPU's kernels are not touched.
 
 The libraries read these variables once, at their first call: `pin_cpu_kernels` must run before the
