@@ -9,7 +9,7 @@ after it in ``dvc.lock``.  With ``backbone.cpu_kernels: avx2`` a stage pins ATen
 x86 CPU since 2013 runs alike; llama.cpp's portable wheel is built for the same (scripts/setup.sh).
 Measured: that holds between vector widths on one CPU, and llama.cpp's tokens are the same on an AMD EPYC
 and an Intel Xeon, but torch's float32 states still differ in their last bits between those two (MKL's
-products are the first suspect), so ``dvc.lock`` holds across CPUs of one vendor (docs/results.md, 2026-11-29).
+products are the first suspect), so ``dvc.lock`` holds across CPUs of one vendor (docs/results.md).
 ``native`` lets each library use the fastest path the CPU has.  A GPU's kernels are not touched.
 
 The libraries read these variables once, at their first call: `pin_cpu_kernels` must run before the
