@@ -64,13 +64,12 @@ def main() -> None:
 
     from spanuq import SpanUQ
     from spanuq.bench.grounded import TRAIN_PAIRS, read_pairs
-    from spanuq.bench.planted_run import COVER_IOU, char_iou
+    from spanuq.bench.planted_run import COVER_IOU
     from spanuq.context.passages import Passage
     from spanuq.context.render import render
     from spanuq.llm.loading import token_offsets
     from spanuq.llm.states import feature_items, fuse_layers  # noqa: F401  (feature_items: as extract_batch)
-    from spanuq.model.calibration import span_surprisal
-    from spanuq.train.grounded_slots import label
+    from spanuq.train.grounded_slots import label, slot_of
 
     pairs = read_pairs(args.pairs or TRAIN_PAIRS)[: args.limit]
     uq = SpanUQ.load("spanuq/probes/smollm2-135m")
@@ -104,19 +103,7 @@ def main() -> None:
     for (p, name, t), f, r, (lr, lrp), tid in zip(twins, feats, results, lrs, ids):
         if isinstance(r, Exception):
             raise RuntimeError(f"{p.id} ({name}): {r}")
-        best, span = 0.0, None
-        for sp in r.spans:
-            iou = char_iou((sp.start, sp.end), t.slot)
-            if iou > best:
-                best, span = iou, sp
-        if span is None:
-            u, sh = float(r.u_seq), (0.0, 0.0)
-            offs = token_offsets(uq.tok, t.text)[1]
-            toks = [j for j, (a, b) in enumerate(offs) if a < t.slot[1] and b > t.slot[0]]
-            b, e = toks[0], toks[-1]
-        else:
-            u, b, e = float(span.u_raw), span.b, span.e
-            sh = span_surprisal(f.surprisal.float().numpy(), f.entropy.float().numpy(), [(b, e)])[0]
+        u, sh, (b, e), best = slot_of(uq, r, t, f)
         rows.append(dict(pair=p.id, group=p.group, case=p.case, kind=p.kind, twin=name, label=label(p, name),
                          u_raw=u, surprisal=float(sh[0]), entropy=float(sh[1]), covered=best >= COVER_IOU))
         lr_span.append(lr[b: e + 1].mean(0))

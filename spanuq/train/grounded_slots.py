@@ -51,10 +51,31 @@ def label(pair: GroundedPair, twin: str) -> float:
     return 1.0 if twin == "planted" or pair.case == "d" else 0.0
 
 
+def slot_of(uq, result, twin, feature) -> tuple[float, tuple[float, float], tuple[int, int], float]:
+    """The reading of ``twin``'s slot in its scored ``result``: (raw û, (S, H₀), its tokens [b, e], the IoU of the
+    span covering it).  The span overlapping the slot most gives û and S, H₀; a slot no span covers reads the
+    answer's û_seq, no surprisal, and the tokens its characters fall on."""
+    from ..bench.planted_run import char_iou
+    from ..llm.loading import token_offsets
+
+    best, span = 0.0, None
+    for s in result.spans:
+        iou = char_iou((s.start, s.end), twin.slot)
+        if iou > best:
+            best, span = iou, s
+    if span is None:
+        offsets = token_offsets(uq.tok, twin.text)[1]
+        toks = [j for j, (a, b) in enumerate(offsets) if a < twin.slot[1] and b > twin.slot[0]]
+        return float(result.u_seq), (0.0, 0.0), (toks[0], toks[-1]), best
+    b, e = span.b, span.e
+    sh = span_surprisal(feature.surprisal.float().numpy(), feature.entropy.float().numpy(), [(b, e)])[0]
+    return float(span.u_raw), (float(sh[0]), float(sh[1])), (b, e), best
+
+
 def slot_readings(uq, pairs: list[GroundedPair], batch_size: int = 8, progress: bool = False) -> list[SlotReading]:
     """Every twin's slot read with its sources (module docstring), correct then planted per pair;
     a twin the scorer could not read raises (training data is never silently thinner)."""
-    from ..bench.planted_run import COVER_IOU, char_iou
+    from ..bench.planted_run import COVER_IOU
     from ..context.passages import Passage
     from ..context.render import render
     from ..llm.loading import token_offsets
@@ -83,18 +104,7 @@ def slot_readings(uq, pairs: list[GroundedPair], batch_size: int = 8, progress: 
     for (p, name, t), f, r in zip(twins, feats, results):
         if isinstance(r, Exception):
             raise RuntimeError(f"{p.id} ({name}): {r}")
-        best, span = 0.0, None
-        for s in r.spans:
-            iou = char_iou((s.start, s.end), t.slot)
-            if iou > best:
-                best, span = iou, s
-        if span is None:
-            u, sh = float(r.u_seq), (0.0, 0.0)
-            toks = [j for j, (a, b) in enumerate(token_offsets(uq.tok, t.text)[1]) if a < t.slot[1] and b > t.slot[0]]
-            b, e = toks[0], toks[-1]
-        else:
-            u, b, e = float(span.u_raw), span.b, span.e
-            sh = span_surprisal(f.surprisal.float().numpy(), f.entropy.float().numpy(), [(b, e)])[0]
+        u, sh, (b, e), best = slot_of(uq, r, t, f)
         lb = tuple(round(float(x), 6) for x in span_lookback(f.lookback.numpy(), [(b, e)])[0])
         out.append(SlotReading(p.id, p.group, p.case, p.kind, name, label(p, name), u, float(sh[0]), float(sh[1]),
                                best >= COVER_IOU, lb))
