@@ -77,7 +77,7 @@ def main() -> None:
                     rows[v].append({"tokens": len(ids), "wall": time.perf_counter() - t0})
                 elif v == "llama.cpp":
                     t0 = time.perf_counter()
-                    text = uq._client.greedy([chat])[0].text
+                    text = uq.generation.client().greedy([chat])[0].text
                     rows[v].append({"tokens": len(uq.tok(text, add_special_tokens=False)["input_ids"]),
                                     "wall": time.perf_counter() - t0})
                 elif v == "llama.cpp stream":

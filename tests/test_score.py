@@ -87,8 +87,8 @@ def test_score_prompt_generates_with_llamacpp_then_one_teacher_forced_pass(score
     assert 0 < r.n_tokens <= 24 and r.timings.generate_s > 0 and r.timings.backbone_s > 0
     again = scorer.score(r.prompt, response=r.answer)  # the same answer given: the same spans and scores
     assert [(s.start, s.end, round(s.u, 4)) for s in again.spans] == [(s.start, s.end, round(s.u, 4)) for s in r.spans]
-    scorer._server.proc.kill()  # the llama.cpp server dies: the next request starts a new one
-    scorer._server.proc.wait()
+    scorer.generation.server.proc.kill()  # the llama.cpp server dies: the next request starts a new one
+    scorer.generation.server.proc.wait()
     assert scorer.score(r.prompt).answer == r.answer
 
 

@@ -156,7 +156,7 @@ def test_one_context_size_everywhere_health_generation_and_errors(service, score
     ctx = httpx.get(f"{service}/health").json()["limits"]["context_tokens"]
     assert ctx == scorer.max_context == scorer.model.config.max_position_embeddings
     httpx.post(f"{service}/score", json={"prompt": "Name a planet."}, timeout=300).raise_for_status()
-    assert scorer._server.n_ctx == ctx  # generation has the same room as the teacher-forced pass
+    assert scorer.generation.server.n_ctx == ctx  # generation has the same room as the teacher-forced pass
     per_word = len(scorer.tok(" word" * 100, add_special_tokens=False)["input_ids"]) / 100
     limits = scorer.cfg.score.max_prompt_chars
     try:

@@ -81,7 +81,7 @@ class BackboneAsker:
         in this run is not recomputed, its measured time is added to ``reused_seconds``."""
         import time
 
-        todo = list(dict.fromkeys(t for t in texts if t not in self._next))
+        todo = sorted(dict.fromkeys(t for t in texts if t not in self._next), key=len)  # alike lengths: less padding
         for s in range(0, len(todo), self.batch_size):
             batch = todo[s: s + self.batch_size]
             t0 = time.perf_counter()
@@ -96,18 +96,22 @@ class BackboneAsker:
 
     @torch.inference_mode()
     def generate(self, texts: list[str], max_new_tokens: int, prefix: str = "") -> list[str]:
-        """Greedy answers (special tokens stripped), the reply started with ``prefix``."""
-        out, eos = [], self.tok.eos_token_id
-        for s in range(0, len(texts), self.batch_size):
-            enc = self._encode([c + prefix for c in self._chat(texts[s: s + self.batch_size])])
+        """Greedy answers (special tokens stripped), the reply started with ``prefix``; batched by length
+        (less padding), returned in the order of ``texts``."""
+        out: list[str] = [""] * len(texts)
+        eos = self.tok.eos_token_id
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for s in range(0, len(order), self.batch_size):
+            idx = order[s: s + self.batch_size]
+            enc = self._encode([c + prefix for c in self._chat([texts[i] for i in idx])])
             gen = self.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                       pad_token_id=self.tok.pad_token_id, eos_token_id=eos)
-            for row in gen[:, enc["input_ids"].shape[1]:].tolist():
+            for i, row in zip(idx, gen[:, enc["input_ids"].shape[1]:].tolist()):
                 row = row[: row.index(eos)] if eos in row else row
                 n = max(len(row), 1)
                 self.cost.generated_tokens += len(row)
                 self.cost.forward_passes += n
-                out.append(self.tok.decode(row, skip_special_tokens=True).strip())
+                out[i] = self.tok.decode(row, skip_special_tokens=True).strip()
         return out
 
 

@@ -54,7 +54,8 @@ def run_extract(cfg: Config, progress: bool = True) -> Path:
     n_tok = 0
     if todo:
         model, tok = load_backbone(cfg)
-        todo.sort(key=lambda g: len(g.greedy.token_ids))  # less padding per batch
+        # batches of alike lengths (prompt + answer: a prompt with sources is long), so little is padding
+        todo.sort(key=lambda g: len(tok(g.chat_prompt, add_special_tokens=False)["input_ids"]) + len(g.greedy.token_ids))
         bs = max(1, cfg.extract.batch_size)
         for s in tqdm(range(0, len(todo), bs), desc="extract", unit="batch", disable=not progress):
             batch = todo[s: s + bs]

@@ -8,8 +8,11 @@ after it in ``dvc.lock``.  With ``backbone.cpu_kernels: avx2`` a stage pins ATen
 "conditional numerical reproducibility" mode) and oneDNN to their AVX2 code paths, which every
 x86 CPU since 2013 runs alike; llama.cpp's portable wheel is built for the same (scripts/setup.sh).
 Measured: that holds between vector widths on one CPU, and llama.cpp's tokens are the same on an AMD EPYC
-and an Intel Xeon, but torch's float32 states still differ in their last bits between those two (MKL's
-products are the first suspect), so ``dvc.lock`` holds across CPUs of one vendor (docs/results.md).
+and an Intel Xeon, but torch's float32 states still differ in their last bits between those two, so
+``dvc.lock`` holds across CPUs of one vendor (docs/results.md).  Intel documents why: MKL's AVX2 branch is
+kept on Intel CPUs only, and other CPUs run its AUTO branch.  Its COMPATIBLE branch (SSE2) is the one it
+documents for every x86 CPU: ``MKL_CBWR=COMPATIBLE`` in the environment wins over the pin, at 2.4x the
+extract stage's time on 2 cores (not yet compared on an AMD CPU).
 ``native`` lets each library use the fastest path the CPU has.  A GPU's kernels are not touched.
 
 The libraries read these variables once, at their first call: `pin_cpu_kernels` must run before the

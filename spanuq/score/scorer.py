@@ -36,7 +36,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -52,6 +51,7 @@ from ..model.checkpoint import Checkpoint, load_checkpoint
 from . import grounded
 from .answer_score import with_given_u_seq
 from .facts import show_facts
+from .generation import Generation
 from ..model.postprocess import Answer, Prediction
 from ..model.unknown import knowledge_entropy
 from .errors import GenerationError, InputError, check_input
@@ -121,22 +121,24 @@ class SpanUQ:
         self.max_context = int(getattr(backbone.config, "max_position_embeddings", 0) or 0) or FALLBACK_CONTEXT
         # answers longer than the probe's trained length are read in windows (score/windows.py)
         self.window = cfg.score.window_tokens or int(self.extra.get("window_tokens") or cfg.generate.max_new_tokens)
-        self.generator = cfg.score.generator
+        self.lock = threading.RLock()  # the backbone, tokenizer and probe: one thread at a time
+        self.generation = Generation(cfg, self.backbone_name, self.max_context, self.lock)  # how it writes answers
         self.guarantee = None  # the conformal threshold of score.conformal_alpha (spanuq.score.guarantee)
         if cfg.score.conformal_alpha is not None:
             from . import guarantee as store
 
             s = cfg.score
             self.guarantee = store.load(checkpoint, s.conformal_guarantee, s.conformal_alpha, s.conformal_delta)
-        self._server = None
-        self._client = None
         self._prefix = None  # the KV caches of the last prompts with sources (`spanuq.llm.prefix`), made when needed
-        self.lock = threading.RLock()  # the backbone, tokenizer and probe: one thread at a time
 
-    def model_lock(self):
-        """The lock generation holds: transformers' decoding runs the backbone here; llama.cpp's runs in its
-        own process (nothing held while it answers)."""
-        return self.lock if self._resolve_generator() == "hf" else nullcontext()
+    @property
+    def generator(self) -> str:
+        """``score.generator`` (``auto`` until the first generation settles it: `Generation.resolve`)."""
+        return self.generation.kind
+
+    @generator.setter
+    def generator(self, kind: str) -> None:
+        self.generation.kind = kind
 
     # ---------------------------------------------------------------- loading
     @classmethod
@@ -174,12 +176,7 @@ class SpanUQ:
         return probe_line(self.probe_source)
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
+        self.generation.close()
 
     def __enter__(self) -> "SpanUQ":
         return self
@@ -208,95 +205,11 @@ class SpanUQ:
                              f"{self.backbone_name}'s context of {self.max_context:,} tokens; shorten the prompt", 422)
 
     # ---------------------------------------------------------------- generation
-    def _generate_llamacpp(self, chat: str) -> tuple[str, bool]:
-        from ..llm.llamacpp import ServerCrashed
-
-        if self._server is not None and not self._server.alive():
-            log.warning("%s; starting a new one", self._server.crash_report() or "the llama.cpp server stopped")
-            self.close()
-        try:
-            if self._server is None:
-                self._start_server()
-            c = self._client.greedy([chat])[0]
-        except ServerCrashed as e:
-            self.close()
-            raise GenerationError(f"generation failed: {e}") from e
-        except Exception as e:  # noqa: BLE001 - this item fails, the others are scored
-            if self._server is not None and not self._server.alive():
-                report = self._server.crash_report()
-                self.close()
-                raise GenerationError(f"generation failed: {report}") from e
-            raise GenerationError(f"generation failed: {type(e).__name__}: {e}") from e
-        return c.text, c.finish_reason == "length"
-
-    def _resolve_generator(self) -> str:
-        """``auto`` → ``llamacpp`` once its server has proved itself here, else ``hf`` (one warning)."""
-        if self.generator != "auto":
-            return self.generator
-        from ..llm.presets import get_preset
-
-        if not get_preset(self.backbone_name).gguf_package:
-            self.generator = "hf"
-            return self.generator
-        try:
-            self._start_server()
-            self.generator = "llamacpp"
-        except (RuntimeError, TimeoutError, OSError) as e:  # ServerCrashed is a RuntimeError
-            log.warning("score.generator=auto: the llama.cpp server cannot run on this machine (%s); "
-                        "generating with transformers (hf) instead", str(e).splitlines()[0])
-            self.close()
-            self.generator = "hf"
-        return self.generator
-
-    def _start_server(self) -> None:
-        """Start the managed llama.cpp server (it proves itself on a real prompt) and its client."""
-        from ..generate.server import ServerGenerator
-        from ..llm.llamacpp import LlamaCppServer
-        from ..llm.loading import gguf_path
-        from ..llm.presets import get_preset
-
-        self._server = LlamaCppServer(gguf_path(get_preset(self.backbone_name)), n_ctx=self.max_context,
-                                      n_threads=self.cfg.score.server_threads).start()
-        g = self.cfg.generate.model_copy(update={"backend": "server", "server_url": self._server.base_url,
-                                                 "max_new_tokens": self.cfg.score.max_new_tokens,
-                                                 "api_key_env": None, "server_model": None})
-        self._client = ServerGenerator(self.cfg.model_copy(update={"generate": g}), server=self._server)
-
     def sample(self, texts: list[str], n: int, max_new_tokens: int, seed: int = 0) -> list[list[str]]:
         """``n`` sampled continuations of each raw text (a chat prompt, possibly with the start of an
         answer after it), at ``generate.temperature`` / ``top_p`` with its stop strings, by the backbone's
-        generator (`_resolve_generator`); a failure raises `GenerationError` (nothing is kept)."""
-        from ..generate.hf import HFGenerator
-        from ..generate.server import ServerGenerator
-
-        g = self.cfg.generate.model_copy(update={"max_new_tokens": max_new_tokens,
-                                                 "sample_max_new_tokens": max_new_tokens})
-        seeds = [seed + 1_000 * i for i in range(len(texts))]
-        try:
-            if self._resolve_generator() == "llamacpp":
-                if self._server is None or not self._server.alive():
-                    self.close()
-                    self._start_server()
-                g = g.model_copy(update={"backend": "server", "server_url": self._server.base_url,
-                                         "api_key_env": None, "server_model": None})
-                gen = ServerGenerator(self.cfg.model_copy(update={"generate": g}), server=self._server)
-            else:
-                side = self.tok.padding_side
-                gen = HFGenerator(self.cfg.model_copy(update={"generate": g}), self.model, self.tok)
-            try:
-                with self.model_lock():
-                    out = gen.sample(texts, n, seeds)
-            finally:
-                gen.close()
-                if self.generator == "hf":
-                    self.tok.padding_side = side
-        except Exception as e:  # noqa: BLE001 - reported as the backbone's failure, nothing kept
-            if self._server is not None and not self._server.alive():
-                report = self._server.crash_report()
-                self.close()
-                raise GenerationError(f"generation failed: {report}") from e
-            raise GenerationError(f"generation failed: {type(e).__name__}: {e}") from e
-        return [[c.text for c in row] for row in out]
+        generator (`Generation.resolve`); a failure raises `GenerationError` (nothing is kept)."""
+        return self.generation.sample(texts, n, max_new_tokens, self.model, self.tok, seed)
 
     def refine(self, prompt: str, response: str | None = None, mode: str = "regenerate",
                threshold: float | None = None, answer_source: str | None = None, context: list | None = None):
@@ -429,7 +342,7 @@ class SpanUQ:
         """The backbone's greedy answer: llama.cpp, or transformers with its states captured as it goes."""
         budget = self.cfg.score.max_new_tokens
         self._check_context(item.n_prompt, budget, "generation")
-        generator = self._resolve_generator()
+        generator = self.generation.resolve()
         t0 = time.perf_counter()
         if generator == "hf":
             with self.lock:
@@ -437,7 +350,7 @@ class SpanUQ:
                                          stop=self.cfg.generate.stop)
             item.answer, item.truncated, item.states = g.text, g.truncated, g.item
         else:
-            item.answer, item.truncated = self._generate_llamacpp(item.chat)
+            item.answer, item.truncated = self.generation.greedy(item.chat)
         item.generate_s, item.source, item.generator = time.perf_counter() - t0, "generated", generator
 
     def _read_states(self, todo: list[Pending]) -> None:

@@ -67,25 +67,21 @@ def _server_text(uq, cap: StateCapture, chat: str, max_new: int) -> Iterator[tup
     from ..llm.llamacpp import ServerCrashed
     from ..llm.openai_client import EndpointError, EndpointUnreachable
 
-    if uq._server is not None and not uq._server.alive():
-        uq.close()
+    gen = uq.generation
     try:
-        if uq._server is None:
-            uq._start_server()
+        client = gen.client()
         n_prompt = len(uq.tok(chat, add_special_tokens=False)["input_ids"])
-        if n_prompt + max_new > uq._server.n_ctx:
+        if n_prompt + max_new > gen.server.n_ctx:
             raise InputError(f"the prompt has {n_prompt:,} tokens; with {max_new} new tokens that exceeds the "
-                             f"llama.cpp context of {uq._server.n_ctx:,}")
+                             f"llama.cpp context of {gen.server.n_ctx:,}")
         text = ""
-        for delta, finish in uq._client.greedy_stream(chat, max_new):
+        for delta, finish in client.greedy_stream(chat, max_new):
             text += delta  # read on the cache when an update is due (`score_stream`), k tokens in one pass
             yield text, finish
             if finish:
                 return
     except (ServerCrashed, EndpointError, EndpointUnreachable) as e:
-        report = uq._server.crash_report() if uq._server is not None and not uq._server.alive() else None
-        uq.close()
-        raise GenerationError(f"generation failed: {report or e}") from e
+        raise gen.failure(e) from e
     yield text, "stop"
 
 
@@ -152,7 +148,7 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
             n_prompt = len(uq.tok(chat, add_special_tokens=False)["input_ids"])
     stop = uq.cfg.generate.stop if stop is None else stop
     uq._check_context(n_prompt, max_new, "generation")
-    gen = generator or uq._resolve_generator()
+    gen = generator or uq.generation.resolve()
     if gen not in ("hf", "llamacpp"):
         raise ValueError(f"generator={gen!r}: hf or llamacpp")
     t0 = time.perf_counter()

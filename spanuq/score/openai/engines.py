@@ -18,14 +18,11 @@ a `Completion` otherwise.  A failure of the backbone or the upstream raises `Ope
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
 from typing import Iterator
 
 from ...llm.openai_client import EndpointError, EndpointUnreachable, OpenAIClient
 from .records import ChatRequest, OpenAIError
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,25 +72,14 @@ def _check_context(uq, chat: str, budget: int, limit: int | None) -> int:
 
 def _server(uq):
     """The managed llama.cpp server's client, (re)started when needed; a crash becomes a 503."""
-    from ...llm.llamacpp import ServerCrashed
-
-    if uq._server is not None and not uq._server.alive():
-        log.warning("%s; starting a new one", uq._server.crash_report() or "the llama.cpp server stopped")
-        uq.close()
     try:
-        if uq._server is None:
-            uq._start_server()
-    except (ServerCrashed, RuntimeError, TimeoutError, OSError) as e:
-        uq.close()
+        return uq.generation.client()
+    except (RuntimeError, TimeoutError, OSError) as e:  # ServerCrashed is a RuntimeError
         raise OpenAIError(503, f"the backbone's llama.cpp server could not start: {e}", "backbone_unavailable") from e
-    return uq._client
 
 
 def _backbone_failed(uq, e: Exception) -> OpenAIError:
-    report = uq._server.crash_report() if uq._server is not None and not uq._server.alive() else None
-    if report:
-        uq.close()
-    return OpenAIError(503, f"generation failed: {report or e}", "backbone_unavailable")
+    return OpenAIError(503, f"generation failed: {uq.generation.crash_report() or e}", "backbone_unavailable")
 
 
 def backbone_complete(uq, req: ChatRequest, chat: str) -> Completion:
@@ -101,7 +87,7 @@ def backbone_complete(uq, req: ChatRequest, chat: str) -> Completion:
     from ...llm.states import generate_with_states
 
     budget = req.budget() or uq.cfg.score.max_new_tokens
-    if uq._resolve_generator() == "hf":
+    if uq.generation.resolve() == "hf":
         greedy_only(req)
         n_prompt = _check_context(uq, chat, budget, None)
         stops = list(uq.cfg.generate.stop or []) + list(req.stop or [])

@@ -137,7 +137,7 @@ class ChatStreamJob(StreamJob):
             else:
                 stops, source_kind = list(uq.cfg.generate.stop or []) + list(self.req.stop or []), "generated"
                 budget = budget or uq.cfg.score.max_new_tokens
-                gen = uq._resolve_generator()
+                gen = uq.generation.resolve()
                 if gen == "hf":
                     greedy_only(self.req)
                     text = lambda cap: _until(hf_text(uq, cap, budget), self.req.stop or [])  # noqa: E731
