@@ -1,9 +1,8 @@
 """Shared fixtures: offline settings, a config rooted in a temp dir, a real llama.cpp server."""
 from __future__ import annotations
 
-import atexit
 import os
-import warnings
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,11 +14,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
 
-# llama-cpp-python's llama_cpp/_utils.py opens two /dev/null files at import and never closes them;
-# the interpreter reports them (where ResourceWarnings are shown) as it tears the module down.  A
-# filter set at exit, when pytest's own filters are gone, quiets that library's two files only.
-atexit.register(warnings.filterwarnings, "ignore", category=ResourceWarning,
-                message=r"unclosed file <_io\.TextIOWrapper name='/dev/null' mode='w'")
+
+def pytest_unconfigure(config):
+    """llama-cpp-python's llama_cpp/_utils.py opens two /dev/null files at import and never closes them; the
+    interpreter reports them as it tears the module down (a filter set at exit does not reach that report).
+    At the end of the run they are closed, and the library keeps two that do not own their descriptor (the
+    process's exit closes it), which nothing reports: a backbone freed at exit still finds them open."""
+    utils = sys.modules.get("llama_cpp._utils")
+    for name in ("outnull_file", "errnull_file"):
+        opened = getattr(utils, name, None)
+        if opened is not None and not opened.closed:
+            setattr(utils, name, open(os.open(os.devnull, os.O_WRONLY), "w", closefd=False))
+            opened.close()
 
 
 @pytest.fixture(scope="session")
