@@ -33,7 +33,7 @@ from typing import Iterator
 
 from ..llm.capture import StateCapture
 from ..llm.loading import token_offsets
-from .errors import GenerationError, InputError
+from .errors import InputError
 from .schema import ScoreRequest, ScoreResult, StreamUpdate, Timings
 
 CLAUSE_END = (".", ",", ";", ":", "!", "?", "\n")
