@@ -2,7 +2,7 @@
 without, both ways an answer arrives, with sources never read before (cold) and with sources an earlier
 answer was read against (warm).
 
-    python benchmarks/bench_grounded.py [--model shipped] [--n 4] [--repeats 2] [--context-tokens 2000] [--threads 2]
+    python benchmarks/bench_grounded.py [--model shipped] [--n 4] [--repeats 2] [--context-tokens 2000] [--threads 2] [--set K=V]
 
 For each of --n pasted answers (spanuq/bench/planted/pasted.jsonl, timing only) and each repeat, the
 variants of one answer run one after another, their order reversed every other time, so that load changes
@@ -11,7 +11,9 @@ hit all alike; a ratio is taken within each such round and the median over round
   * generated: score(prompt) (the backbone answers)  vs  score(prompt, context=sources)
   * cold: sources no earlier call read (new ones in every round); warm: another question and answer about
     the sources just read (the backbone's KV cache of them is kept, ``score.prefix_cache``; docs/context.md).
-The sources are other pasted answers, as many as make --context-tokens tokens.  The target: <= 2x on 2 cores.
+The sources are other pasted answers, as many as make --context-tokens tokens, read as the product reads them:
+focused on the question within ``score.context_focus_tokens`` (docs/context.md); ``--set
+score.context_focus_tokens=0`` reads every token of them.  The target: <= 2x on 2 cores.
 Without --model a random probe of the configured size is used (timings do not depend on the weights).
 """
 from __future__ import annotations

@@ -27,10 +27,12 @@ def scoring_setup(ap: argparse.ArgumentParser, *, n: int, threads: int, model: s
     ap.add_argument("--n", type=int, default=n)
     ap.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
     ap.add_argument("--threads", type=int, default=threads)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a params.yaml override, e.g. score.context_focus_tokens=0 (repeatable)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     return args, load_config("params.yaml", [f"score.max_new_tokens={args.max_new_tokens}",
-                                             f"score.server_threads={args.threads}"])
+                                             f"score.server_threads={args.threads}", *args.set])
 
 
 def probe_or_random(model: str | None, cfg) -> str:

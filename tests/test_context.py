@@ -1,11 +1,12 @@
 """Sources (``context``): the checks on them, the one way they reach the backbone, windows past the
-budget, and the with-sources calibration a checkpoint may carry."""
+budget, long sources focused on the question, and the with-sources calibration a checkpoint may carry."""
 import json
 
 import pytest
 
+from spanuq.context.focus import focus, pieces, question_of, sentence_spans
 from spanuq.context.passages import ContextError, Passage, as_passages
-from spanuq.context.render import render, render_windows
+from spanuq.context.render import count_tokens, render, render_windows
 from spanuq.model.calibration import Calibration
 
 SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
@@ -96,3 +97,39 @@ def test_with_sources_calibration_is_taken_when_fitted_and_named():
     assert plain.fitted_for("given", grounded=True) == "given"
     with pytest.raises(ValueError, match="unknown answer source"):
         Calibration(grounded={"pasted": {}})
+
+
+PARIS = Passage("paris", "Paris is the capital of France. It has about two million inhabitants.", "Paris")
+CATS = Passage("cats", "Cats sleep a lot. They hunt mice at night. " * 12)
+RIVER = Passage("river", "The Seine flows through Paris. It reaches the sea at Le Havre.")
+
+
+def test_sentences_tile_the_text():
+    text = "One. Two! Three? Four"
+    spans = sentence_spans(text)
+    assert [text[s:e] for s, e in spans] == ["One. ", "Two! ", "Three? ", "Four"]
+
+
+def test_a_short_passage_is_one_piece_and_a_long_one_is_cut_at_sentence_ends(tok):
+    assert pieces(tok, PARIS) == [(0, len(PARIS.text))]
+    cut = pieces(tok, CATS, max_tokens=20)
+    assert len(cut) > 1 and cut[0][0] == 0 and cut[-1][1] == len(CATS.text)
+    assert all(a[1] == b[0] for a, b in zip(cut, cut[1:]))  # they tile the passage
+    assert all(CATS.text[s:e].rstrip().endswith(".") for s, e in cut)  # whole sentences
+    assert all(count_tokens(tok, CATS.text[s:e]) <= 20 for s, e in cut)
+
+
+def test_the_pieces_about_the_question_are_kept_in_reading_order(tok):
+    passages = [CATS, PARIS, RIVER]
+    kept = focus(tok, passages, "What is the capital of France, and which river flows through Paris?", 48)
+    assert [(n, p.id) for n, p, _, _ in kept] == [(2, "paris"), (3, "river")]
+    assert kept[0][2:] == (0, len(PARIS.text))
+    # a budget smaller than the best piece still reads that piece
+    assert [p.id for _, p, _, _ in focus(tok, passages, "the capital of France", 1)] == ["paris"]
+
+
+def test_the_query_is_the_conversation_s_user_turns():
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Where is Paris?"},
+                {"role": "assistant", "content": "In France."},
+                {"role": "user", "content": [{"type": "text", "text": "And Lyon?"}]}]
+    assert question_of(messages) == "Where is Paris?\nAnd Lyon?"

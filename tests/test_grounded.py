@@ -11,6 +11,7 @@ from spanuq.cli import main
 from spanuq.score.errors import InputError
 from spanuq.score.grounded import combine, read_against
 from spanuq.score.schema import ContextPassage, ScoredSpan, ScoreResult, SourceRead, Timings
+from spanuq.score.views import sources_html, sources_lines
 
 QUESTION = "When was the Eiffel Tower completed, and how tall is it?"
 EIFFEL = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It was designed by "
@@ -45,6 +46,7 @@ def test_an_answer_scored_against_sources_says_what_it_read_and_how_it_was_calib
 
 def test_sources_past_the_budget_are_read_in_windows_and_every_character_is_read(scorer, monkeypatch):
     passages = [{"id": f"p{i}", "text": f"Passage {i}. " + EIFFEL} for i in range(5)]
+    monkeypatch.setattr(scorer.cfg.score, "context_focus_tokens", 0)  # read every character
     one = scorer.score(QUESTION, response=WRONG, context=passages)
     monkeypatch.setattr(scorer.cfg.score, "context_tokens", 260)
     r = scorer.score(QUESTION, response=WRONG, context=passages)
@@ -60,9 +62,39 @@ def test_sources_past_the_budget_are_read_in_windows_and_every_character_is_read
 def test_the_backbone_answers_with_its_sources_in_one_window(scorer, monkeypatch):
     r = scorer.score(QUESTION, context=[EIFFEL])
     assert r.answer_source == "generated" and r.answer and r.context_windows == 1
+    monkeypatch.setattr(scorer.cfg.score, "context_focus_tokens", 0)
     monkeypatch.setattr(scorer.cfg.score, "context_tokens", 200)
     with pytest.raises(InputError, match="must fit in one"):
         scorer.score(QUESTION, context=[EIFFEL] * 4)
+
+
+OTHERS = ["Domestic cats sleep for about fifteen hours a day, mostly in short naps.",
+          "The Great Wall of China is a series of fortifications built across northern China over many centuries.",
+          "Mount Everest, on the border of Nepal and China, is Earth's highest mountain above sea level.",
+          "The Amazon is the largest rainforest on Earth, spanning nine countries of South America.",
+          "Honey bees communicate the direction of flowers to their hive by a waggle dance."]
+
+
+def test_long_sources_are_focused_on_the_question_and_the_result_says_what_was_read(scorer, monkeypatch):
+    passages = OTHERS[:3] + [{"id": "eiffel", "text": EIFFEL}] + OTHERS[3:]
+    monkeypatch.setattr(scorer.cfg.score, "context_focus_tokens", 64)
+    r = scorer.score(QUESTION, response=WRONG, context=passages)
+    assert r.context_focused and r.context_windows == 1 and len(r.context) == 6
+    read = {x.id: (x.start, x.end) for x in r.context_read}
+    assert read["eiffel"] == (0, len(EIFFEL))  # the passage about the question, whole
+    assert len(read) < 6 and all(s.passage in read for s in r.spans)
+    assert "focused on the question" in sources_lines(r)[0] and "focused on the question" in sources_html(r)
+    # what an answer is read after does not depend on the answer: the backbone's own answer,
+    # scored again as its own, reads the same pieces and gets the same û
+    own = scorer.score(QUESTION, context=passages)
+    again = scorer.score(QUESTION, response=own.answer, answer_source="generated", context=passages)
+    assert own.context_read == again.context_read == r.context_read
+    assert [s.u for s in again.spans] == pytest.approx([s.u for s in own.spans], abs=1e-4)
+    monkeypatch.setattr(scorer.cfg.score, "context_focus_tokens", 0)
+    whole = scorer.score(QUESTION, response=WRONG, context=passages)
+    assert not whole.context_focused and covers_every_character(whole, [
+        {"id": p["id"] if isinstance(p, dict) else str(i), "text": p["text"] if isinstance(p, dict) else p}
+        for i, p in enumerate(passages, 1)])
 
 
 def _span(start, end, u, text="x"):

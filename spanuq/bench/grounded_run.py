@@ -112,7 +112,8 @@ def score_reading(uq, pairs: list[GroundedPair], reading: str, progress: bool, c
     twins = [t for p in pairs for t in (p.correct, p.planted)]
     mapping = uq.calibration.for_source("given", grounded=reading == "context").as_dict()
     keys = [content_hash({"reading": reading, "probe": uq.probe_source, "calibration": mapping,
-                          "system": uq.system_prompt, "request": req, "slot": list(t.slot)})
+                          "system": uq.system_prompt, "request": req, "slot": list(t.slot),
+                          "focus": uq.cfg.score.context_focus_tokens})
             for (_, req), t in zip(reqs, twins)]
 
     def compute(todo: list[int]) -> list:

@@ -1,6 +1,9 @@
 """An answer scored against sources: the windows it is read in, how their verdicts combine, what each span was
 read against.  (How sources reach the backbone is `spanuq.context.render`; docs/context.md.)
 
+**Focus.**  Sources past ``score.context_focus_tokens`` tokens are read in part: their pieces most relevant
+to the question, in one window (`spanuq.context.focus`; ``context_focused`` in the result).
+
 **Windows.**  Sources that fit the budget are read in one window; longer ones in K windows, each the same
 conversation with a consecutive group of passages (`render_windows`), and the answer is scored after each.
 The windows' verdicts combine per claim as
@@ -28,7 +31,8 @@ from __future__ import annotations
 import re
 
 from ..context.passages import ContextError, Passage, as_passages
-from ..context.render import RenderedChat, render_windows
+from ..context.focus import focus, question_of
+from ..context.render import RenderedChat, count_tokens, render, render_windows
 from .errors import InputError
 from .schema import ContextPassage, ScoredSpan, ScoreResult, SourceRead, Timings
 
@@ -51,9 +55,16 @@ def checked_passages(context, limits) -> list[Passage]:
 
 def windows_for(tok, messages: list[dict], passages: list[Passage], system_prompt: str | None, max_context: int,
                 answer_room: int, limits) -> list[RenderedChat]:
-    """The windows an answer of ``answer_room`` tokens is read in after ``messages`` with ``passages``."""
+    """The windows an answer of ``answer_room`` tokens is read in after ``messages`` with ``passages``: one window
+    of their pieces most relevant to the question when they pass ``limits.context_focus_tokens``
+    (`spanuq.context.focus`), else every character, in as many windows as they need."""
     budget = min(limits.context_tokens or max_context, max_context) - answer_room
     try:
+        if limits.context_focus_tokens and sum(count_tokens(tok, p.text) for p in passages) > limits.context_focus_tokens:
+            window = render(tok, messages, focus(tok, passages, question_of(messages), limits.context_focus_tokens),
+                            system_prompt)
+            if window.n_tokens <= budget:
+                return [window]
         return render_windows(tok, messages, passages, budget, system_prompt, limits.max_context_windows)
     except ContextError as e:
         raise InputError(str(e), e.status) from None
@@ -64,7 +75,8 @@ def context_fields(passages: list[Passage], window: RenderedChat, k: int) -> dic
     return {"context": [ContextPassage(id=p.id, text=p.text, title=p.title) for p in passages],
             "context_read": [SourceRead(id=r.id, number=r.number, start=r.start, end=r.end, window=k)
                              for r in window.read],
-            "context_windows": 1}
+            "context_windows": 1,
+            "context_focused": sum(r.end - r.start for r in window.read) < sum(len(p.text) for p in passages)}
 
 
 def _iou(a: ScoredSpan, b: ScoredSpan) -> float:

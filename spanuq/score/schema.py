@@ -119,7 +119,10 @@ class ScoreResult(_Strict):
     context: list[ContextPassage] | None = Field(default=None, description="the sources the answer was read against; "
                                                  "null when it was scored without sources")
     context_read: list[SourceRead] = Field(default_factory=list, description="which characters of which passage the "
-                                           "backbone read, per window; every character of `context` is listed")
+                                           "backbone read, per window; every character of `context` unless `context_focused`")
+    context_focused: bool = Field(default=False, description="the sources were longer than score.context_focus_tokens, "
+                                  "so only their pieces most relevant to the question were read (those in "
+                                  "`context_read`); a span no read piece backs reads as unsupported (docs/context.md)")
     context_windows: int = Field(default=0, ge=0, description="windows the sources were read in (1 when they fit the "
                                  "budget; a span's û is the lowest over windows, docs/context.md); 0 without sources")
     spans: list[ScoredSpan]

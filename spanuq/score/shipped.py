@@ -75,19 +75,25 @@ def test_examples(path: Path, model, tokenizer, layers: list[int], dtype: str, b
     from ..llm.states import extract_batch
 
     rows = test_split(path)[:limit]
-    out = []
+    # batches of similar length (less padding; right padding leaves every real token's states as they are),
+    # returned in the stored order
+    n_tokens = [len(tokenizer(r["chat_prompt"], add_special_tokens=False)["input_ids"]) + len(r["token_ids"])
+                for r in rows]
+    order = sorted(range(len(rows)), key=lambda i: n_tokens[i])
+    out: list = [None] * len(rows)
     bar = tqdm(total=len(rows), desc="re-extract test answers", unit="answer", disable=not progress)
     for s in range(0, len(rows), batch_size):
-        batch = rows[s: s + batch_size]
+        batch = order[s: s + batch_size]
         bar.update(len(batch))
-        items = extract_batch(model, tokenizer, [r["chat_prompt"] for r in batch], [r["token_ids"] for r in batch],
-                              layers, getattr(torch, dtype))
-        for r, it in zip(batch, items):
+        items = extract_batch(model, tokenizer, [rows[i]["chat_prompt"] for i in batch],
+                              [rows[i]["token_ids"] for i in batch], layers, getattr(torch, dtype))
+        for i, it in zip(batch, items):
+            r = rows[i]
             spans = torch.tensor([[x["tok_start"], x["tok_end"]] for x in r["spans"]], dtype=torch.long).reshape(-1, 2)
             u = torch.tensor([x["u"] for x in r["spans"]], dtype=torch.float32)
-            out.append(ResponseExample(r["prompt_id"], r["domain"], "test", it.h.float(), it.entropy.float(),
-                                       list(r["token_ids"]), spans, u, r["u_seq"], r["response"],
-                                       {"unplaced": r.get("unplaced", 0)}, it.surprisal))
+            out[i] = ResponseExample(r["prompt_id"], r["domain"], "test", it.h.float(), it.entropy.float(),
+                                     list(r["token_ids"]), spans, u, r["u_seq"], r["response"],
+                                     {"unplaced": r.get("unplaced", 0)}, it.surprisal)
     bar.close()
     return out
 

@@ -277,7 +277,9 @@ def sources_lines(result) -> list[str]:
     """One line per passage the answer was read against: its id, title, characters read and windows."""
     if result.context is None:
         return []
-    out = [f"sources ({result.context_windows} window{'s' * (result.context_windows != 1)}):"]
+    focused = ("; focused on the question: only the pieces most relevant to it were read"
+               if result.context_focused else "")
+    out = [f"sources ({result.context_windows} window{'s' * (result.context_windows != 1)}{focused}):"]
     for p in result.context:
         read = [r for r in result.context_read if r.id == p.id]
         where = ", ".join(f"{r.start}-{r.end}" + (f" (window {r.window})" if result.context_windows > 1 else "")
@@ -422,6 +424,8 @@ def sources_html(result) -> str:
         items.append(f'<li class="uq-source" data-id="{html.escape(p.id)}"><b>[{html.escape(p.id)}]</b> {title}'
                      f'{html.escape(p.text)} <small>(read: characters {where or "none"})</small></li>')
     windows = f" in {result.context_windows} windows" if result.context_windows > 1 else ""
+    if result.context_focused:
+        windows += " (focused on the question: the pieces most relevant to it)"
     return (f'<aside class="uq-sources" style="flex:2;min-width:0;font-size:0.9em;border-left:3px solid #ccc;'
             f'padding-left:1em"><h4 style="margin:0.6em 0">Sources read{windows}</h4>'
             f'<ul style="padding-left:1em;line-height:1.5">{"".join(items)}</ul></aside>')
