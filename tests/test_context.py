@@ -5,6 +5,7 @@ import json
 import pytest
 
 from spanuq.context.focus import focus, pieces, question_of, sentence_spans
+from spanuq.context.numbers import runs, with_digits
 from spanuq.context.passages import ContextError, Passage, as_passages
 from spanuq.context.render import count_tokens, render, render_windows
 from spanuq.model.calibration import Calibration
@@ -34,6 +35,29 @@ def test_sources_are_numbered_in_the_system_message_before_the_question(tok):
     for x, p in zip(r.read, passages):  # where each passage's characters are in the chat
         assert r.chat[x.chat_start:x.chat_end] == p.text
     assert r.n_tokens == len(tok(r.chat, add_special_tokens=False)["input_ids"])
+
+
+@pytest.mark.parametrize("text, read", [
+    ("It was discovered in seventeen sixty-six.", "It was discovered in seventeen sixty-six (1766)."),
+    ("Neon occupies position ten.", "Neon occupies position ten (10)."),
+    ("a hall of one hundred and twelve rooms", "a hall of one hundred and twelve (112) rooms"),
+    ("nineteen oh five and two thousand and five", "nineteen oh five (1905) and two thousand and five (2005)"),
+    ("twenty-one and thirty", "twenty-one (21) and thirty (30)"),
+    ("No one left; one of them stayed.", "No one left; one of them stayed."),  # a lone "one": a pronoun
+    ("finished in 1889", "finished in 1889"),
+])
+def test_numbers_in_words_are_read_with_their_digits(text, read):
+    assert with_digits(text) == read
+
+
+def test_a_source_s_number_words_reach_the_backbone_with_their_digits_and_keep_its_characters(tok):
+    p = Passage("1", "Neon was first reported in eighteen ninety-eight by Ramsay.")
+    r = render(tok, QUESTION, [(1, p, 0, len(p.text))], SYSTEM)
+    assert "[1] Neon was first reported in eighteen ninety-eight (1898) by Ramsay." in r.chat
+    (x,) = r.read
+    assert (x.start, x.end) == (0, len(p.text))  # what the result says was read: the source's own characters
+    assert r.chat[x.chat_start:x.chat_end] == with_digits(p.text)
+    assert [(p.text[a:b], n) for a, b, n in runs(p.text)] == [("eighteen ninety-eight", 1898)]
 
 
 def test_sources_past_the_budget_are_read_in_windows_that_read_every_character(tok):
@@ -121,7 +145,7 @@ def test_a_short_passage_is_one_piece_and_a_long_one_is_cut_at_sentence_ends(tok
 
 def test_the_pieces_about_the_question_are_kept_in_reading_order(tok):
     passages = [CATS, PARIS, RIVER]
-    kept = focus(tok, passages, "What is the capital of France, and which river flows through Paris?", 48)
+    kept = focus(tok, passages, "What is the capital of France, and which river flows through Paris?", 56)
     assert [(n, p.id) for n, p, _, _ in kept] == [(2, "paris"), (3, "river")]
     assert kept[0][2:] == (0, len(PARIS.text))
     # a budget smaller than the best piece still reads that piece
@@ -133,3 +157,13 @@ def test_the_query_is_the_conversation_s_user_turns():
                 {"role": "assistant", "content": "In France."},
                 {"role": "user", "content": [{"type": "text", "text": "And Lyon?"}]}]
     assert question_of(messages) == "Where is Paris?\nAnd Lyon?"
+
+
+def test_a_long_source_full_of_number_words_is_still_read_in_windows_not_refused(tok):
+    years = " ".join(f"Event {i} happened in seventeen sixty-{w}." for i, w in
+                     enumerate(["one", "two", "three", "four", "five", "six", "seven", "eight", "nine"] * 6))
+    windows = render_windows(tok, QUESTION, [Passage("years", years)], max_tokens=200, system_prompt=SYSTEM,
+                             max_windows=20)
+    assert len(windows) > 1 and all(w.n_tokens <= 200 for w in windows)
+    assert "seventeen sixty-one (1761)" in windows[0].chat
+    assert "".join(years[r.start:r.end] for w in windows for r in w.read) == years

@@ -12,8 +12,9 @@ existed). A twin's slot score is the planted bench's (`spanuq.bench.planted_run.
 
     pair accuracy = 1 if slot score(planted) > slot score(correct), 0.5 on a tie, else 0
 
-Controls on the same twins: string overlap with the sources (1 − the share of the slot's words
-found in them, `spanuq.bench.grounded.in_source`); the backbone's surprisal of the slot given the
+Controls on the same twins: string overlap with the sources as the backbone reads them, their
+number words with their digits (1 − the share of the slot's words found in them,
+`spanuq.bench.grounded.in_source`, `spanuq.context.numbers`); the backbone's surprisal of the slot given the
 sources, −Σ log p(slot tokens | sources, question, answer before them), read after the same input
 the headline row reads (`slot_nll`); the same surprisal without the sources (what the backbone
 knows); an entity/number tagger (it cannot tell twins apart). Intervals: 95% bootstrap over
@@ -35,6 +36,7 @@ import numpy as np
 from ..config import Config
 from ..pipeline.cache import content_hash
 from ..pipeline.files import iter_jsonl, read_json, sha256_file, write_json, write_jsonl
+from ..context.numbers import with_digits
 from .grounded import CASE_NAMES, CASES, KINDS, PAIRS, GroundedPair, in_source, pasted, read_pairs
 from .metrics import mean_ci
 from .planted_run import COVER_IOU, fmt, outcome, slot_nll, slot_score, tagged
@@ -111,10 +113,12 @@ def score_reading(uq, pairs: list[GroundedPair], reading: str, progress: bool, c
     reqs = requests(pairs, reading)
     twins = [t for p in pairs for t in (p.correct, p.planted)]
     mapping = uq.calibration.for_source("given", grounded=reading == "context").as_dict()
+    rendered = [source_chat(uq, p.prompt, p.context, reading) if reading == "context" else None
+                for p in pairs for _ in (0, 1)]  # the sources as the product renders them
     keys = [content_hash({"reading": reading, "probe": uq.probe_source, "calibration": mapping,
                           "system": uq.system_prompt, "request": req, "slot": list(t.slot),
-                          "focus": uq.cfg.score.context_focus_tokens})
-            for (_, req), t in zip(reqs, twins)]
+                          "focus": uq.cfg.score.context_focus_tokens, **({"input": chat} if chat else {})})
+            for (_, req), t, chat in zip(reqs, twins, rendered)]
 
     def compute(todo: list[int]) -> list:
         distinct = dict(reqs[i] for i in todo)
@@ -168,7 +172,8 @@ def score_pairs(uq, pairs: list[GroundedPair], nlp, readings: tuple[str, ...], p
             t = (p.correct, p.planted)[j]
             row[name] = {**{r: by_reading[r][k]["u"] for r in readings},
                          **{f"{r}_detail": by_reading[r][k] for r in readings},
-                         "overlap": 1.0 - in_source(t.value, ctx[k]), "surprisal_source": given[k][0],
+                         "overlap": 1.0 - in_source(t.value, [with_digits(c) for c in ctx[k]]),  # as read
+                         "surprisal_source": given[k][0],
                          "surprisal_none": none[k][0], "tagger": tags[k]}
         rows.append(row)
     return rows

@@ -8,7 +8,7 @@ The backbone's pass over the sources is the whole added cost of scoring with the
    (`pieces`; a sentence longer than that is split at whitespace, `render.split_passage`);
 2. the pieces are ranked by BM25 against the question — the conversation's user turns — with the
    retrieval the label stage and ``spanuq score --corpus`` use (`spanuq.context.retrieval`);
-3. the best pieces are kept while their tokens (counted as rendered, ``[n]`` and all) fit in B,
+3. the best pieces are kept while their tokens (counted as rendered, ``[n]``, title and digits all) fit in B,
    and read in the order they appear in the sources (passages keep their numbers).
 
 The query is the question alone, never the answer: what an answer is read after does not depend on
@@ -26,7 +26,7 @@ import re
 import numpy as np
 
 from .passages import Passage
-from .render import count_tokens, split_passage
+from .render import count_tokens, passage_line, split_passage
 
 PIECE_TOKENS = 96  # a piece: whole sentences; a passage this short stays whole (what "it" names stays with it)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -86,7 +86,7 @@ def focus(tokenizer, passages: list[Passage], question: str, budget: int) -> lis
     kept, used = [], 0
     for k in order:
         n, p, s, e = all_pieces[k]
-        cost = count_tokens(tokenizer, f"\n[{n}] " + p.text[s:e])
+        cost = count_tokens(tokenizer, "\n" + passage_line(n, p, s, e)[0])
         if kept and used + cost > budget:
             continue
         kept.append(k)

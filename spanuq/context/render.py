@@ -7,7 +7,7 @@ An answer scored against sources is read after this input (the backbone's chat t
 
              Sources:
              [1] <title>: <text of passage 1>
-             [2] <text of passage 2>
+             [2] <text of passage 2>          (numbers in words followed by their digits: "ten (10)")
     user:    <the question>              (every other turn of the conversation, unchanged)
     assistant: <the answer, scored>
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .numbers import with_digits
 from .passages import ContextError, Passage
 
 HEADER = "Sources:"
@@ -38,7 +39,8 @@ MIN_SOURCE_TOKENS = 32  # a window with less room than this for its sources is r
 @dataclass(frozen=True)
 class ReadRange:
     """Characters ``[start, end)`` of passage ``id`` (numbered ``number`` in the input) read in one window;
-    ``chat_start``, ``chat_end``: the same characters in the rendered chat (None if the template moved them)."""
+    ``chat_start``, ``chat_end``: where their text sits in the rendered chat, its number words with their digits
+    (None if the template moved them)."""
 
     id: str
     number: int
@@ -57,20 +59,21 @@ class RenderedChat:
     read: tuple[ReadRange, ...]
 
 
-def _line(number: int, p: Passage, start: int, end: int) -> tuple[str, int]:
-    """``[n] title: text`` of a passage's characters [start, end), and where the text starts in the line."""
+def passage_line(number: int, p: Passage, start: int, end: int) -> tuple[str, int]:
+    """``[n] title: text`` of a passage's characters [start, end), its numbers in words followed by their digits
+    (`spanuq.context.numbers`), and where the text starts in the line."""
     head = f"[{number}] " + (f"{p.title}: " if p.title and start == 0 else "")
-    return head + p.text[start:end], len(head)
+    return head + with_digits(p.text[start:end]), len(head)
 
 
 def sources_block(pieces: list[tuple[int, Passage, int, int]]) -> tuple[str, list[tuple[int, int]]]:
     """The sources as the system message carries them: ``Sources:`` and one numbered line per piece
-    ``(number, passage, start, end)``; returns the text and where each piece's characters sit in it."""
+    ``(number, passage, start, end)``; returns the text and where each piece's text sits in it."""
     text, where = HEADER, []
     for number, p, s, e in pieces:
-        line, at = _line(number, p, s, e)
+        line, at = passage_line(number, p, s, e)
         text += "\n"
-        where.append((len(text) + at, len(text) + at + (e - s)))
+        where.append((len(text) + at, len(text) + len(line)))
         text += line
     return text, where
 
@@ -140,8 +143,10 @@ def render_windows(tokenizer, messages: list[dict], passages: list[Passage], max
         return [whole]
     pieces: list[tuple[int, Passage, int, int]] = []
     for i, p in enumerate(passages, 1):
-        head = count_tokens(tokenizer, _line(i, p, 0, 0)[0]) + 2
-        for s, e in split_passage(tokenizer, p.text, max(8, room - head - 8)):
+        head = count_tokens(tokenizer, passage_line(i, p, 0, 0)[0]) + 2
+        # pieces are cut on the source's own tokens; its digits ("(1766)") make each piece longer by this share
+        share = count_tokens(tokenizer, p.text) / max(1, count_tokens(tokenizer, with_digits(p.text)))
+        for s, e in split_passage(tokenizer, p.text, max(8, int((room - head - 8) * share))):
             pieces.append((i, p, s, e))
     windows: list[RenderedChat] = []
     group: list = []
