@@ -237,9 +237,10 @@ def ship_recalibrated(args, out: Path) -> int:
     only_grounded = without_sources == {k: v for k, v in card["calibration"].items() if k != "grounded"}
     now = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit()}
     if only_grounded:  # only the with-sources mapping changed: every figure read without sources still holds
-        fitted = new / "grounded_calibration.json"
+        fitted, own = new / "grounded_calibration.json", new / "grounded_generated.json"
         card["grounded"] = {**now, "calibration": cal.get("grounded"),
                             "fit": read_json(fitted) if fitted.exists() else None,
+                            "generated_fit": read_json(own) if own.exists() else None,
                             "bench": read_json(args.grounded_bench)["summary"] if args.grounded_bench else None}
     else:
         bench, planted = read_benches(args, new, same_as=out)  # the tensors are the same (checked above)
@@ -311,6 +312,8 @@ def render(card: dict) -> str:
         + (f"; {source_line('given answers', c['given'])}" if c.get("given") else "; given answers: as its own")
         + (f"; given answers read with their sources (`context`): {source_line('', c['grounded']['given'])[2:]}, "
            "S and H₀ read after the sources (docs/grounded.md)" if (c.get("grounded") or {}).get("given") else "")
+        + (f"; its own answers read with their sources: {source_line('', c['grounded']['generated'])[2:]} "
+           "(docs/context.md)" if (c.get("grounded") or {}).get("generated") else "")
         + ".",
         f"- Test split: {m['n_responses']} answers, {m['n_spans']} labelled spans; every figure below is over every "
         "labelled test span of that run, the baselines on the same spans in the same run "

@@ -94,6 +94,10 @@ def _product_commands(sub) -> None:
     sp.add_argument("--grounded", nargs="?", const="bundled", default=None, metavar="PAIRS",
                     help="fit only the with-sources calibration of given answers, on grounded training pairs "
                          "(default: the bundled spanuq/label/grounded/pairs.jsonl); every other entry untouched")
+    sp.add_argument("--grounded-generated", action="store_true",
+                    help="fit only the with-sources calibration of the backbone's own answers, on this run's dev "
+                         "answers written with sources (checked on its train split), for a probe trained on another "
+                         "run (--probe); every other entry untouched")
     sp.add_argument("--mushroom-val", default=None, metavar="FILE",
                     help="choose which spans of a given answer are shown (its validity threshold) on the English "
                          "Mu-SHROOM validation file, through the product's own output; every other entry untouched")

@@ -218,3 +218,42 @@ def test_a_users_prompt_file_may_give_each_question_its_sources(tmp_path):
     f.write_text(json.dumps({"text": "When?", "context": []}) + "\n")
     with pytest.raises(ValueError, match=r"rows.jsonl:1: context is an empty list"):
         load_prompt_file(f)
+
+
+def test_a_probe_trained_elsewhere_gets_only_the_mapping_of_its_own_answers_with_sources(make_cfg, tmp_path,
+                                                                                         monkeypatch):
+    """`spanuq recalibrate --grounded-generated --probe DIR`: fitted on a run's dev answers written with sources,
+    checked on its train ones; the weights and every other entry stay as they were."""
+    import dataclasses
+
+    import torch
+
+    from spanuq.model.calibration import Calibration
+    from spanuq.model.checkpoint import save_checkpoint
+    from spanuq.model.probe import SpanUQProbe
+    from spanuq.pipeline.files import sha256_file
+    from spanuq.pipeline.paths import StagePaths
+    from spanuq.train import recalibrate
+
+    cfg = make_cfg()
+    torch.manual_seed(0)
+    shipped = save_checkpoint(SpanUQProbe(cfg.probe, 16), cfg.probe, 16, tmp_path / "shipped",
+                              Calibration(temperature=1.5, given={"temperature": 2.0, "bias": 0.1, "flag": 0.5}))
+    before, weights = json.loads((shipped / "config.json").read_text()), sha256_file(shipped / "model.safetensors")
+    # the run's stored answers, as load_examples returns them: a split each (dev fits, train checks)
+    monkeypatch.setattr(recalibrate, "load_examples", lambda features, labels, splits, given=False: [
+        dataclasses.replace(e, split=splits[0]) for e in _examples(12, 0 if splits == ("dev",) else 1)])
+    monkeypatch.setattr(recalibrate, "load_tokenizer", lambda cfg: None)  # random token ids: no text to place
+
+    written = recalibrate.recalibrate_generated_with_context(cfg, shipped)
+    after = json.loads((shipped / "config.json").read_text())
+    fit = written["fit"]
+    assert after["calibration"]["grounded"] == {"generated": {k: fit[k] for k in ("temperature", "bias", "flag")}}
+    assert {k: v for k, v in after["calibration"].items() if k != "grounded"} == before["calibration"]
+    assert sha256_file(shipped / "model.safetensors") == weights
+    check = written["check"]
+    assert check["split"] == "train" and check["answers"] == 12
+    assert "auroc" in check["with_this_mapping"]["span"] and "auroc" in check["with_the_mapping_without_sources"]["span"]
+    assert json.loads((shipped / "grounded_generated.json").read_text())["fit"] == json.loads(json.dumps(fit))
+    with pytest.raises(ValueError, match="own probe"):  # its train stage fits this, and it read the train split
+        recalibrate.recalibrate_generated_with_context(cfg, StagePaths.from_config(cfg).probe)

@@ -9,6 +9,7 @@ calibration (temperature, validity threshold, flag) is kept as the train stage f
     spanuq recalibrate --preset cpu-full -o paths.data=data-cpu-full            # the run's probe
     spanuq recalibrate --preset cpu-full -o paths.data=data-cpu-full --probe DIR  # another probe, same dev split
     spanuq recalibrate --grounded --probe DIR     # only the with-sources calibration, on grounded training pairs
+    spanuq recalibrate --grounded-generated --probe DIR -o paths.data=D  # only own answers' with-sources mapping
     spanuq recalibrate --mushroom-val FILE --probe DIR   # which spans of a given answer are shown (Mu-SHROOM val)
 
 A refit keeps a given-answer validity threshold chosen with ``--mushroom-val``
@@ -61,6 +62,46 @@ def recalibrate(cfg: Config, probe_dir: str | Path | None = None) -> dict:
     return info
 
 
+def recalibrate_generated_with_context(cfg: Config, probe_dir: str | Path) -> dict:
+    """Fit only ``grounded["generated"]`` of the probe in ``probe_dir`` (the mapping of its own answers read with
+    sources, `context_calibration`) on the run's dev answers the backbone wrote with sources, and read it on the
+    run's train answers with sources; the weights and every other entry stay byte for byte.  For a probe trained
+    on another run (the shipped one): it never read either split, so the train split is a held-out check; the
+    run's own probe gets this entry from its train stage and is refused."""
+    from ..evaluate.scoring import evaluate_predictions
+    from ..model.postprocess import predict
+
+    paths = StagePaths.from_config(cfg)
+    probe_dir = Path(probe_dir)
+    if probe_dir.resolve() == paths.probe.resolve():
+        raise ValueError(f"{probe_dir} is this run's own probe: its train stage fits grounded.generated (and read "
+                         "the train split); give a probe trained on another run")
+    _, dev = split_context(load_examples(paths.features, paths.labels, ("dev",)))
+    _, check = split_context(load_examples(paths.features, paths.labels, ("train",)))
+    if not dev:
+        raise ValueError(f"no dev answers written with sources in {paths.labels}: run prompts .. extract with "
+                         "prompts.grounded > 0 (or a prompt file with `context`) first")
+    device = resolve_device(cfg.train.device)
+    tok = load_tokenizer(cfg)
+    ck = load_checkpoint(probe_dir, device)
+    calibration, info = calibrate_generated_with_context(ck.probe, dev, ck.calibration, cfg, device, answers(tok, dev))
+    if not info.get("used"):
+        raise ValueError(f"no with-sources mapping of own answers could be fitted: {info.get('reason')}")
+    written = {"data": str(paths.root), "fit": info}
+    if check:
+        mapped = calibration.for_source("generated", grounded=True)
+        preds = predict(ck.probe, check, mapped, answers(tok, check), batch_size=cfg.train.batch_size, device=device)
+        before = predict(ck.probe, check, ck.calibration.for_source("generated"), answers(tok, check),
+                         batch_size=cfg.train.batch_size, device=device)
+        written["check"] = {"split": "train", "answers": len(check),
+                            "with_this_mapping": evaluate_predictions(preds, check, cfg.evaluate, bootstrap=1000),
+                            "with_the_mapping_without_sources": evaluate_predictions(before, check, cfg.evaluate,
+                                                                                     bootstrap=1000)}
+    save_calibration(probe_dir, calibration)
+    write_json(probe_dir / "grounded_generated.json", written)
+    return written
+
+
 def run_recalibrate(args, cfg: Config) -> int:
     if getattr(args, "mushroom_val", None):
         from ..bench.mushroom_given import carry
@@ -70,6 +111,15 @@ def run_recalibrate(args, cfg: Config) -> int:
         print(json.dumps(record, indent=2))
         print(f"recalibrate: wrote the given-answer validity threshold {record['validity_threshold']:g} "
               f"(chosen on {record['file']}) into {probe}/config.json")
+        return 0
+    if getattr(args, "grounded_generated", False):
+        if not args.probe:
+            raise SystemExit("recalibrate: --grounded-generated needs --probe DIR (a probe trained on another run)")
+        written = recalibrate_generated_with_context(cfg, args.probe)
+        print(json.dumps({"fit": written["fit"], "check": {k: v for k, v in written.get("check", {}).items()
+                                                            if k in ("split", "answers")}}, indent=2, default=str))
+        print(f"recalibrate: wrote the with-sources calibration of own answers (grounded.generated) into "
+              f"{args.probe}/config.json; the check on the run's train split: {args.probe}/grounded_generated.json")
         return 0
     if getattr(args, "grounded", None):
         info = recalibrate_grounded(cfg, args.probe, None if args.grounded == "bundled" else args.grounded)
