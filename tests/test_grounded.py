@@ -9,7 +9,7 @@ import pytest
 from servers import scoring_service
 from spanuq.cli import main
 from spanuq.score.errors import InputError
-from spanuq.score.grounded import combine, read_against
+from spanuq.score.grounded import combine, read_against, sentence_of, states, words
 from spanuq.score.schema import ContextPassage, ScoredSpan, ScoreResult, SourceRead, Timings
 from spanuq.score.views import sources_html, sources_lines
 
@@ -127,6 +127,26 @@ def test_windows_combine_by_the_lowest_u_of_each_claim_and_spans_name_their_pass
     assert marked.spans[2].support is None  # below the likely-wrong threshold: no mark
     alone = read_against(*combine([_result([_span(27, 31, 0.9, "1925")], 0.5, 0, passage=1)]))
     assert alone.spans[0].passage == "b" and alone.spans[0].support == "unsupported"  # no passage speaks of it
+
+
+CANAL = ("The Rideau Canal connects Ottawa to Kingston, Ontario. It was opened in 1832 and was built under the "
+         "supervision of Lieutenant-Colonel John By of the Royal Engineers. It is 202 kilometres long.")
+ELEMENTS = ("Hydrogen was discovered in seventeen sixty-six. The discovery is credited to Henry Cavendish. "
+            "Another element, Lithium, was discovered in 1817 by Johann Arfwedson.")
+
+
+@pytest.mark.parametrize("passage, answer, span, says", [
+    (CANAL, "It was opened in 1832 under the supervision of Lieutenant-Colonel John By, and it is 415 km long.",
+     "1832", True),  # the passage's sentence about the opening holds the same year
+    (CANAL, "It was opened in 1832 under the supervision of Lieutenant-Colonel John By, and it is 415 km long.",
+     "415", False),  # that sentence does not hold the length the answer gives
+    (ELEMENTS, "Hydrogen was discovered in 1766.", "1766", True),  # in words in the source, read with its digits
+    (ELEMENTS, "Hydrogen was discovered in 1817.", "1817", False),  # 1817 is there, but said of lithium
+])
+def test_a_doubted_span_the_source_states_in_its_sentence_about_it_is_marked_stated(passage, answer, span, says):
+    start = answer.index(span)
+    own = words(span)
+    assert states(passage, own, words(sentence_of(answer, start, start + len(span))) - own) is says
 
 
 @pytest.mark.parametrize("context, status, message", [

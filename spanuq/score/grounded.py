@@ -22,16 +22,25 @@ rather than read in ever more windows.  The status reasons of all windows are ke
 
 **What a span was read against.**  Of the passages its window read, the one sharing most content words
 with the span's clause (other than the span's own words; ties: with its sentence).  A span at or above
-the likely-wrong threshold is ``contradicted`` when that passage shares at least `SPEAKS_OF` words of
-its sentence (the source speaks of the sentence and the probe, reading it, doubts the span), else
-``unsupported`` (no passage speaks of it).  This marks the display; it does not change û.
+the likely-wrong threshold is
+
+* ``stated`` when that passage's sentence most like the span's (sharing at least `SPEAKS_OF` of its other
+  content words, and more than any other of its sentences) holds every word of the span, read as the
+  backbone reads it (number words with their digits): the source says the same there, and the probe
+  doubts it anyway — the reader should look;
+* ``contradicted`` when the passage shares at least `SPEAKS_OF` words of its sentence otherwise (the
+  source speaks of the sentence and the probe, reading it, doubts the span);
+* ``unsupported`` when no passage speaks of it.
+
+This marks the display; it does not change û.
 """
 from __future__ import annotations
 
 import re
 
 from ..context.passages import ContextError, Passage, as_passages
-from ..context.focus import focus, question_of
+from ..context.focus import focus, question_of, sentence_spans
+from ..context.numbers import with_digits
 from ..context.render import RenderedChat, count_tokens, render, render_windows
 from .errors import InputError
 from .schema import ContextPassage, ScoredSpan, ScoreResult, SourceRead, Timings
@@ -150,6 +159,21 @@ def read_against(result: ScoreResult, windows: list[int]) -> ScoreResult:
                 best, shared = r.id, n
         support = None
         if s.u >= result.flag_threshold:
-            support = "contradicted" if shared[1] >= SPEAKS_OF else "unsupported"
+            read = next(r for r in result.context_read if r.window == k and r.id == best) if best else None
+            support = ("unsupported" if shared[1] < SPEAKS_OF
+                       else "stated" if states(text[best][read.start:read.end], own, sentence)
+                       else "contradicted")
         spans.append(s.model_copy(update={"passage": best, "support": support}))
     return result.model_copy(update={"spans": spans})
+
+
+def states(passage: str, span_words: set[str], sentence_words: set[str]) -> bool:
+    """Whether the sentence of ``passage`` most like the span's sentence (``sentence_words``: its content words
+    other than the span's; at least `SPEAKS_OF` shared, and more than with any other sentence) holds every
+    word of the span, number words read with their digits."""
+    shared = sorted(((len(sentence_words & words(with_digits(passage[a:b]))), a, b) for a, b in sentence_spans(passage)),
+                    reverse=True)
+    if not span_words or not shared or shared[0][0] < SPEAKS_OF or (len(shared) > 1 and shared[1][0] == shared[0][0]):
+        return False
+    _, a, b = shared[0]
+    return span_words <= words(with_digits(passage[a:b]))

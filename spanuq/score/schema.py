@@ -36,10 +36,11 @@ class ScoredSpan(_Strict):
     u_raw: float = Field(ge=0, le=1, description="û before calibration")
     validity: float = Field(ge=0, le=1, description="probability that the query found a real span")
     nu: float = Field(gt=0, description="ν, the Mixture-of-Beta precision (higher = more certain of û)")
-    support: Literal["contradicted", "unsupported"] | None = Field(
-        default=None, description="scored with sources, a span at or above the likely-wrong threshold: `contradicted` "
-        "when the passage it was read against speaks of its sentence (shares its other content words), else "
-        "`unsupported`; null otherwise (docs/context.md)")
+    support: Literal["stated", "contradicted", "unsupported"] | None = Field(
+        default=None, description="scored with sources, a span at or above the likely-wrong threshold: `stated` "
+        "when the passage it was read against says the same in its sentence most like the span's (the probe "
+        "doubts it anyway: look), `contradicted` when that passage speaks of its sentence (shares its other "
+        "content words) otherwise, else `unsupported`; null otherwise (docs/context.md)")
     passage: str | None = Field(default=None, description="scored with sources: the id of the passage the span was "
                                 "read against (of the window that gave its û, the one sharing most words with its "
                                 "sentence); null without sources")

@@ -262,10 +262,13 @@ def ranked(result) -> list:
 
 
 def against(s, flag: float | None) -> str:
-    """What the sources say of a span scored with them: ``contradicted by [id]`` / ``not supported by the
-    sources`` when it is shown as likely wrong, else ``read against [id]``; empty without sources."""
+    """What the sources say of a span scored with them: ``[id] states it: check`` / ``contradicted by [id]`` /
+    ``not supported by the sources`` when it is shown as likely wrong, else ``read against [id]``; empty
+    without sources."""
     if getattr(s, "passage", None) is None:
         return ""
+    if likely_wrong(s.u, flag) and s.support == "stated":
+        return f"[{s.passage}] states it: check"
     if likely_wrong(s.u, flag) and s.support == "contradicted":
         return f"contradicted by [{s.passage}]"
     if likely_wrong(s.u, flag):
