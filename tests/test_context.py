@@ -50,6 +50,12 @@ def test_numbers_in_words_are_read_with_their_digits(text, read):
     assert with_digits(text) == read
 
 
+def test_a_source_that_is_nothing_but_number_words_is_read_at_once():
+    text = " ".join(["seventeen sixty-six and"] * 20_000)  # 60,000 number words: runs are read 12 words at most
+    read = with_digits(text)
+    assert read.startswith("seventeen sixty-six (1766) and seventeen sixty-six (1766)") and len(runs(text)) == 20_000
+
+
 def test_a_source_s_number_words_reach_the_backbone_with_their_digits_and_keep_its_characters(tok):
     p = Passage("1", "Neon was first reported in eighteen ninety-eight by Ramsay.")
     r = render(tok, QUESTION, [(1, p, 0, len(p.text))], SYSTEM)

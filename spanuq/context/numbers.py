@@ -24,6 +24,7 @@ TENS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy
 SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
 NUMBER_WORDS = set(UNITS) | set(TENS) | set(SCALES)
 JOINERS = {"and", "oh"}  # inside a run: "one hundred and twelve", "nineteen oh five"
+MAX_RUN = 12  # words read as one number at most ("nine hundred and ninety-nine thousand ..." is longer than any kept)
 _WORD = re.compile(r"[A-Za-z]+")
 
 
@@ -74,14 +75,14 @@ def value(words: list[str]) -> int | None:
 
 def runs(text: str) -> list[tuple[int, int, int]]:
     """``(start, end, value)`` of each run of number words in ``text`` that states a number (a lone "one" aside):
-    words joined by a space or a hyphen, the longest that reads as one number first ("twenty-one and thirty"
-    is 21 and 30)."""
+    words joined by a space or a hyphen, the longest (of at most `MAX_RUN` words) that reads as one number first
+    ("twenty-one and thirty" is 21 and 30)."""
     out, words = [], list(_WORD.finditer(text))
     i = 0
     while i < len(words):
         j = i  # words[i:j] may be one number: number words and joiners, a space or a hyphen apart
-        while j < len(words) and (words[j].group().lower() in NUMBER_WORDS
-                                  or (j > i and words[j].group().lower() in JOINERS)):
+        while j < len(words) and j - i < MAX_RUN and (words[j].group().lower() in NUMBER_WORDS
+                                                     or (j > i and words[j].group().lower() in JOINERS)):
             if j > i and text[words[j - 1].end():words[j].start()] not in (" ", "-"):
                 break
             j += 1
