@@ -149,19 +149,17 @@ def read_against(result: ScoreResult, windows: list[int]) -> ScoreResult:
         own = words(s.text)
         clause = words(sentence_of(result.answer, s.start, s.end, CLAUSE)) - own
         sentence = words(sentence_of(result.answer, s.start, s.end)) - own
-        best, shared = None, (-1, -1)
+        best, best_text, shared = None, "", (-1, -1)
         for r in result.context_read:
             if r.window != k:
                 continue
-            read = words(text[r.id][r.start:r.end])
-            n = (len(clause & read), len(sentence & read))
+            read = text[r.id][r.start:r.end]
+            n = (len(clause & words(read)), len(sentence & words(read)))
             if n > shared:
-                best, shared = r.id, n
+                best, best_text, shared = r.id, read, n
         support = None
         if s.u >= result.flag_threshold:
-            read = next(r for r in result.context_read if r.window == k and r.id == best) if best else None
-            support = ("unsupported" if shared[1] < SPEAKS_OF
-                       else "stated" if states(text[best][read.start:read.end], own, sentence)
+            support = ("unsupported" if shared[1] < SPEAKS_OF else "stated" if states(best_text, own, sentence)
                        else "contradicted")
         spans.append(s.model_copy(update={"passage": best, "support": support}))
     return result.model_copy(update={"spans": spans})
@@ -171,9 +169,8 @@ def states(passage: str, span_words: set[str], sentence_words: set[str]) -> bool
     """Whether the sentence of ``passage`` most like the span's sentence (``sentence_words``: its content words
     other than the span's; at least `SPEAKS_OF` shared, and more than with any other sentence) holds every
     word of the span, number words read with their digits."""
-    shared = sorted(((len(sentence_words & words(with_digits(passage[a:b]))), a, b) for a, b in sentence_spans(passage)),
-                    reverse=True)
-    if not span_words or not shared or shared[0][0] < SPEAKS_OF or (len(shared) > 1 and shared[1][0] == shared[0][0]):
+    read = [words(with_digits(passage[a:b])) for a, b in sentence_spans(passage)]
+    shared = sorted((len(sentence_words & w) for w in read), reverse=True)
+    if not span_words or not shared or shared[0] < SPEAKS_OF or shared[1:2] == shared[:1]:
         return False
-    _, a, b = shared[0]
-    return span_words <= words(with_digits(passage[a:b]))
+    return span_words <= max(read, key=lambda w: len(sentence_words & w))
