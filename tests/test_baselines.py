@@ -1,4 +1,5 @@
 """Baselines: span pooling, Token Entropy, the oracle-span MLP probe, the registry."""
+import json
 import numpy as np
 import pytest
 import torch
@@ -192,3 +193,23 @@ def test_the_surface_prior_learns_the_cheap_cues_and_nothing_else():
     blind = SurfacePrior(prompts={}, span_texts={e.prompt_id: ["x"] * len(e.spans) for e in fit_on + hidden})
     blind.fit(fit_on, [])
     assert 0.3 < span_auroc(blind.score(hidden), hidden) < 0.7  # states-only labels: chance for the prior
+
+
+def test_the_seconds_leave_the_metrics_so_the_same_inputs_write_the_same_bytes():
+    from spanuq.baselines.cost import apart_seconds
+
+    metrics = {"n_spans": 254,
+               "methods": {"selfcheck_nli": {"span": {"auroc": 0.78},
+                                             "cost": {"fit_seconds": 0.1, "added_seconds_per_answer": 2.0,
+                                                      "nli_calls_per_answer": 25.0}},
+                           "surface_prior": {"span": {"auroc": 0.74}, "cost": {"fit_seconds": 1.2}}},
+               "cost": {"spanuq": {"seconds_per_answer": 0.2, "forward_passes_per_answer": 1.0, "n_answers": 61},
+                        "decoding": {"backend": "llamacpp", "greedy_seconds_per_answer": 0.5},
+                        "ratio": {"end_to_end": 0.1, "added": 0.05}}}
+    kept, seconds = apart_seconds(metrics)
+    assert "seconds" not in json.dumps(kept) and "ratio" not in kept["cost"]
+    assert kept["methods"]["selfcheck_nli"] == {"span": {"auroc": 0.78}, "cost": {"nli_calls_per_answer": 25.0}}
+    assert kept["cost"]["decoding"] == {"backend": "llamacpp"} and kept["n_spans"] == 254
+    assert seconds["cost"]["ratio"] == {"end_to_end": 0.1, "added": 0.05}
+    assert seconds["methods"]["surface_prior"] == {"cost": {"fit_seconds": 1.2}}
+    assert seconds["cost"]["spanuq"] == {"seconds_per_answer": 0.2}

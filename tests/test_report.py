@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from spanuq.baselines.cost import apart_seconds
 from spanuq.evaluate.detection import detection_metrics
 from spanuq.metrics.uq import defined, undefined
 from spanuq.evaluate.scoring import oracle_span_metrics
@@ -57,9 +58,9 @@ def _write_metrics(root, ec):
                          "n_samples": 5, "backend": "server"},
             "ratio": {"end_to_end": 0.4, "added": 0.1, "selfcheck_over_spanuq_end_to_end": 2.5,
                       "selfcheck_over_spanuq_added": 10.0}}
-    write_json(root / "baselines" / "metrics.json", {
+    write_json(root / "baselines" / "metrics.json", apart_seconds({
         "label_method": "offline", "n_samples": 5, "nli": "embedding NLI stand-in", "methods": methods,
-        "detectors": detectors, "cost": cost})
+        "detectors": detectors, "cost": cost})[0])
     write_json(root / "baselines" / "scores.json", {
         "prompt_id": [e.prompt_id for e in test for _ in e.u], "domain": [e.domain for e in test for _ in e.u],
         "u": np.concatenate([e.u for e in test]).tolist(),
@@ -83,7 +84,10 @@ def test_the_report_lays_out_every_table_and_opens_in_chromium_without_console_e
     assert "Reliability: SpanUQ over every labelled span" in md
     assert "SelfCheckGPT-NLI (embedding NLI stand-in)" in md
     assert "not run: OSError: no backbone here" in md  # a method that cannot run keeps its row
-    assert "partly circular" in md and "10.0× cheaper" in md
+    assert "partly circular" in md
+    cost = md[md.index("Cost per answer"):md.index("per domain")]
+    assert "| SelfCheckGPT-NLI (embedding NLI stand-in) | 300.0 | 300.0 | 25.0 |" in cost  # the work, not the seconds
+    assert "runs/baselines.json" in cost and "cheaper" not in md
 
     page = load(page_path.resolve().as_uri(), tmp_path / "profile", screenshot=tmp_path / "report.png")
     assert page.console == [], page.console

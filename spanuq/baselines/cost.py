@@ -15,6 +15,11 @@ Measured in the baselines stage's own run, on the test answers:
 
 "Added cost" is a method's cost on top of the greedy answer; "end to end"
 includes decoding the greedy answer.
+
+The counts (forward passes, generated tokens, NLI calls per answer) are what the inputs
+determine and go to the stage's ``metrics.json``; the seconds are this machine's and this
+run's, so `apart_seconds` moves them to the stage's run log (``runs/baselines.json``): the same
+inputs then give the same ``metrics.json`` bytes and ``dvc.lock`` does not move.
 """
 from __future__ import annotations
 
@@ -53,6 +58,25 @@ def time_spanuq(cfg: Config, backbone, tokenizer, probe, calibration: Calibratio
             "extract_seconds_per_answer": float(np.sum(t_extract)) / n,
             "probe_seconds_per_answer": float(np.sum(t_probe)) / n,
             "forward_passes_per_answer": 1.0, "generated_tokens_per_answer": 0.0, "n_answers": len(examples)}
+
+
+def apart_seconds(metrics: dict) -> tuple[dict, dict]:
+    """(metrics without wall-clock figures, those figures in the same nesting).  A figure is wall
+    clock when its key names seconds; the SelfCheckGPT-NLI / SpanUQ ``ratio`` is one of seconds."""
+    def split(node):
+        if not isinstance(node, dict):
+            return node, None
+        kept, moved = {}, {}
+        for k, v in node.items():
+            if "seconds" in k or k == "ratio":
+                moved[k] = v
+                continue
+            kept[k], m = split(v)
+            if m:
+                moved[k] = m
+        return kept, moved
+
+    return split(metrics)
 
 
 def time_decoding(cfg: Config, infos: list[AnswerInfo]) -> dict:

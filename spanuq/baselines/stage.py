@@ -11,9 +11,10 @@
 * Cost (`cost.py`): wall time per answer, backbone forward passes and generated
   tokens for SpanUQ and every method, measured in this run.
 
-Writes ``data/<backbone>/baselines/metrics.json`` (DVC metrics) and
-``scores.json`` (every test span's u*, domain and each method's score: the
-report's ROC, reliability and per-domain views).
+Writes ``data/<backbone>/baselines/metrics.json`` (DVC metrics: everything but the
+seconds), ``scores.json`` (every test span's u*, domain and each method's score: the
+report's ROC, reliability and per-domain views) and the run log ``runs/baselines.json``
+(the seconds, which differ from run to run).
 """
 from __future__ import annotations
 
@@ -221,9 +222,10 @@ def run_baselines(cfg: Config, progress: bool = True) -> Path:
     from ..llm.loading import resolve_device
     from ..model.checkpoint import load_checkpoint
     from ..model.postprocess import predict
-    from .cost import time_decoding, time_spanuq
+    from .cost import apart_seconds, time_decoding, time_spanuq
     from .mlp_probe import MLPProbe
 
+    t_stage = time.perf_counter()
     paths = StagePaths.from_config(cfg)
     out_dir = paths.root / "baselines"
     torch.set_num_threads(cfg.train.num_threads or os.cpu_count() or 1)
@@ -273,7 +275,9 @@ def run_baselines(cfg: Config, progress: bool = True) -> Path:
                "n_samples": cfg.generate.n_samples, "label_method": cfg.label.method,
                "nli": shared._nli.label if shared._nli is not None else None,
                "methods": rows, "detectors": det_rows, "cost": cost}
+    metrics, seconds = apart_seconds(metrics)
     write_json(out_dir / "metrics.json", metrics)
+    write_json(paths.run_log("baselines"), {"seconds": round(time.perf_counter() - t_stage, 2), **seconds})
     write_json(out_dir / "scores.json", {
         "prompt_id": [e.prompt_id for e in test for _ in range(len(e.u))],
         "domain": [e.domain for e in test for _ in range(len(e.u))],
