@@ -1,6 +1,10 @@
 """Long sources read in full or focused: the grounded bench's pairs with their passage among ~2,000 tokens of others.
 
     python experiments/focus_study.py [--subjects 12] [--tokens 2000] [--budgets 192] [--focus-only]
+                                      [--pairs spanuq/label/grounded/pairs.jsonl --held-out]
+
+``--pairs`` reads another pair file (the training pairs: ``--held-out`` keeps the subjects the with-sources
+mapping is validated on, `spanuq.train.grounded_calibration.held_out`; ``--subjects 0``: every subject).
 
 Each pair's sources are put in the middle of passages of other bench subjects that do not name its
 subject, to ~--tokens tokens (one padding per subject, shuffled by the subject's name). Each twin is
@@ -71,12 +75,19 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=2000)
     ap.add_argument("--budgets", default="192")
     ap.add_argument("--focus-only", action="store_true", help="leave out the bare and full readings")
+    ap.add_argument("--pairs", default=None, help="a pair file (default: the grounded bench's)")
+    ap.add_argument("--held-out", action="store_true", help="only the subjects the with-sources mapping validates on")
     args = ap.parse_args()
     cfg = load_config("params.yaml")
-    everything = read_pairs()
-    subjects = list(dict.fromkeys(p.group for p in everything))[: args.subjects]
+    everything = read_pairs(args.pairs) if args.pairs else read_pairs()
+    subjects = list(dict.fromkeys(p.group for p in everything))
+    if args.held_out:
+        from spanuq.train.grounded_calibration import held_out
+
+        subjects = [g for g in subjects if held_out(g)]
+    subjects = subjects[: args.subjects] if args.subjects else subjects
     with SpanUQ.load("shipped", cfg=cfg) as uq:
-        pairs = [p for p in read_pairs() if p.group in subjects]
+        pairs = [p for p in everything if p.group in subjects]
         long = padded([p for p in everything], uq.tok, args.tokens)
         long = [q for q in long if q.group in subjects]
         n_src = [sum(count_tokens(uq.tok, c) for c in q.context) for q in long[::19]]

@@ -401,7 +401,7 @@ class ScoreConfig(_Section):
     max_context_passages: int = 64
     # sources longer than context_focus_tokens tokens are read in part: their pieces most relevant to the question
     # (BM25), as many as fit in it (spanuq/context/focus.py); 0: every character is read
-    context_focus_tokens: int = Field(default=192, ge=0)
+    context_focus_tokens: int = Field(default=128, ge=0)
     context_top_k: int = Field(default=3, ge=1)  # passages `spanuq score --corpus` retrieves per prompt (BM25)
     batch_size: int = 8  # teacher-forced passes per batch in score_many
     # answers read against sources: the KV caches of the last prefix_cache prompts are kept (spanuq/llm/prefix.py), so
