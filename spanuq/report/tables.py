@@ -168,8 +168,9 @@ def cost_table(rows: dict[str, dict], cost: dict) -> Table:
         body.append([display_name(k, r), num(c.get("forward_passes_per_answer"), 1),
                      num(c.get("generated_tokens_per_answer"), 1), num(c.get("nli_calls_per_answer"), 1)])
     notes = [f"Counted over {su.get('n_answers', '?')} test answers. A sampling method first decodes its "
-             "samples: one forward pass per sampled token. Seconds per answer on the machine that ran the stage, and the SelfCheckGPT-NLI / SpanUQ ratio, are in "
-             "its run log (runs/baselines.json), not here: the same inputs give the same report."]
+             "samples: one forward pass per sampled token. Seconds per answer on the machine that ran the stage, "
+             "and the SelfCheckGPT-NLI / SpanUQ ratio, are in its run log (runs/baselines.json), not here: the same "
+             "inputs give the same report."]
     return Table("Cost per answer", h, body, notes)
 
 
