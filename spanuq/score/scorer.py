@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -269,6 +270,7 @@ class SpanUQ:
         units = [(i, w) for i in ready for w in self._window_items(pending[i])]  # one per window of sources
         with self.lock:
             self._read_states([w for _, w in units if w.states is None])  # 2. teacher-forced passes
+            self._read_names([w for _, w in units])  # with sources: full names read by the surname too
             if ready:  # 3. the probe
                 preds, probe_s = self._probe([w for _, w in units])
                 per: dict[int, list[ScoreResult]] = {}
@@ -382,6 +384,37 @@ class SpanUQ:
             share = (time.perf_counter() - t0) / len(batch)
             for item, f in zip(batch, feats):
                 item.states, item.backbone_s = f, share
+
+    def surprisal_after(self, chat: str, text: str) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """(token surprisal, character offsets) of ``text`` read after the rendered ``chat`` (on the prefix cache
+        when ``score.prefix_cache``: the sources of ``chat`` are not read again)."""
+        ids, offsets = token_offsets(self.tok, text)
+        prompt = self.tok(chat, add_special_tokens=False)["input_ids"]
+        if self.cfg.score.prefix_cache and self._prefix is not None:
+            f = self._prefix.read(prompt, ids)
+        else:
+            f = extract_batch(self.model, self.tok, [chat], [ids], self.layers, self.out_dtype)[0]
+        return f.surprisal.float().numpy(), offsets
+
+    def _read_names(self, todo: list[Pending]) -> None:
+        """Answers read with sources whose mapping shows each fact on its own: each person named in full read by
+        the surname too, the lower reading kept in the token surprisal (`spanuq.score.names`)."""
+        from .facts import _spacy
+        from .names import read_names
+
+        for item in sorted(todo, key=lambda it: it.chat):  # as `_read_on_prefix` read them: each prompt once
+            st = item.states
+            if (item.passages is None or st is None or st.surprisal is None or self._answer(item) is None
+                    or not self.calibration.for_source(item.source, grounded=True).fact_spans):
+                continue
+            nlp = _spacy(self.cfg.label.spacy_model)
+            if nlp is None:
+                return
+            t0 = time.perf_counter()
+            s = read_names(nlp, item.answer, item.offsets, st.surprisal.float().numpy(),
+                           lambda copy: self.surprisal_after(item.chat, copy))
+            item.states = replace(st, surprisal=torch.from_numpy(s).to(st.surprisal.dtype))
+            item.backbone_s += time.perf_counter() - t0
 
     def _sources_of(self, item: Pending) -> list[int] | None:
         """The source tokens' positions in the item's input, where its mapping reads lookback ratios; else None."""

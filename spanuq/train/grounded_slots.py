@@ -15,7 +15,8 @@ input is the rendered chat (`spanuq.bench.grounded_run.source_chat`, the one ren
 surprisal s_t and entropy e_t, and the product's own post-processing (`SpanUQ.score_many` with
 those states, each name, date and number a span of its own) gives the shown spans with raw û. A
 slot's reading is the span over it (the planted bench's rule, `slot_score`): its raw û, and
-(S, H₀) = (Σ s_t over the span, e at its first token) — the terms the given-answer mapping reads
+(S, H₀) = (Σ s_t over the span, e at its first token; a person named in full read by the surname too,
+`spanuq.score.names`) — the terms the given-answer mapping reads
 (`spanuq.model.calibration`), now read after the sources — and, from the same pass, the mean over
 the span of each attention head's lookback ratio on the sources (`spanuq.llm.lookback`), what the
 ``lookback`` variant of the with-sources calibration reads.
@@ -25,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+import torch
 
 from ..bench.grounded import GroundedPair
 from ..model.calibration import span_surprisal
@@ -80,6 +82,8 @@ def slot_readings(uq, pairs: list[GroundedPair], batch_size: int = 8, progress: 
     from ..context.render import render
     from ..llm.loading import token_offsets
     from ..llm.lookback import extract_with_lookback, source_positions, span_lookback
+    from ..score.facts import _spacy
+    from ..score.names import read_names
 
     twins = [(p, name, t) for p in pairs for name, t in (("correct", p.correct), ("planted", p.planted))]
     rendered = [render(uq.tok, [{"role": "user", "content": p.prompt}],
@@ -92,6 +96,13 @@ def slot_readings(uq, pairs: list[GroundedPair], batch_size: int = 8, progress: 
     for s in range(0, len(twins), batch_size):
         feats += extract_with_lookback(uq.model, uq.tok, chats[s: s + batch_size], ids[s: s + batch_size],
                                        uq.layers, sources[s: s + batch_size], uq.out_dtype)
+    nlp = _spacy(uq.cfg.label.spacy_model)
+    if nlp is None:
+        raise RuntimeError("grounded slot readings need spaCy and its pipeline (pip install 'spanuq[facts]')")
+    for (p, _, t), f, chat in zip(twins, feats, chats):  # full names read by the surname too, as the product does
+        s = read_names(nlp, t.text, token_offsets(uq.tok, t.text)[1], f.surprisal.float().numpy(),
+                       lambda copy: uq.surprisal_after(chat, copy))
+        f.surprisal = torch.from_numpy(s).to(f.surprisal.dtype)
     kept = uq.calibration
     # the identity mapping with facts as spans of their own: raw û of the spans the product shows
     uq.calibration = replace(kept.raw(), given={"fact_spans": True})
