@@ -61,3 +61,28 @@ def test_scoring_against_the_same_sources_again_gives_the_scores_of_one_pass(sco
         assert [(s.start, s.end) for s in a.spans] == [(s.start, s.end) for s in b.spans] and a.spans
         assert [s.u for s in b.spans] == pytest.approx([s.u for s in a.spans], abs=1e-4)
         assert b.u_seq == pytest.approx(a.u_seq, abs=1e-4)
+
+
+def test_an_answer_that_shares_its_start_with_the_last_one_is_read_on_in_one_pass(scorer):
+    """Twins that differ in one fact: the second keeps the first's tokens before the fact and reads the rest in one
+    forward pass (the last token kept re-fed with them, for the logits the first new one comes from)."""
+    from spanuq.llm.capture import StateCapture
+
+    chat = scorer.tok.apply_chat_template([{"role": "system", "content": "Sources:\n[1] " + EIFFEL},
+                                           {"role": "user", "content": QUESTION}], tokenize=False,
+                                          add_generation_prompt=True)
+    prompt = scorer.tok(chat, add_special_tokens=False)["input_ids"]
+    right, wrong = (scorer.tok(a, add_special_tokens=False)["input_ids"] for a in (
+        "The Eiffel Tower was completed in 1889 and is 330 metres tall.",
+        "The Eiffel Tower was completed in 1925 and is 330 metres tall."))
+    with scorer.lock:
+        cap = StateCapture(scorer.model, prompt, scorer.layers, scorer.out_dtype)
+        cap.sync(right)
+        before = cap.forwards
+        fed = cap.sync(wrong)
+        got = cap.item()
+        one = extract_batch(scorer.model, scorer.tok, [chat], [wrong], scorer.layers, scorer.out_dtype)[0]
+    assert cap.forwards - before == 1 and fed == len(wrong) - common(right, wrong)
+    torch.testing.assert_close(got.h.float(), one.h.float(), atol=2e-3, rtol=1e-3)
+    torch.testing.assert_close(got.surprisal, one.surprisal, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got.entropy, one.entropy, atol=1e-4, rtol=1e-4)

@@ -95,47 +95,57 @@ class StateCapture:
         return out
 
     @torch.inference_mode()
-    def feed(self, ids: Sequence[int]) -> None:
-        """Append answer tokens ``ids`` (one forward pass over them on the cache)."""
+    def feed(self, ids: Sequence[int], again: int | None = None) -> None:
+        """Append answer tokens ``ids`` (one forward pass over them on the cache).  ``again``: the last answer
+        token kept, whose states are kept but whose cache entry `_drop` removed — fed first in the same pass,
+        for the logits it gives (the distribution ``ids[0]`` comes from)."""
         ids = list(ids)
-        if not ids:
+        if not ids and again is None:
             return
+        fed = ([again] if again is not None else []) + ids
+        skip = len(fed) - len(ids)
         if self.sources is None:
-            out = self._forward(ids)
+            out = self._forward(fed)
         else:
             with eager_attention(self.model):
-                out = self._forward(ids, output_attentions=True)
-            self.lr.extend(token_lookback([a[0] for a in out.attentions], self.sources, self.P, len(self.ids)))
-        fused = fuse_layers(out.hidden_states, self.layers)[0]  # (len(ids), d)
-        logits = out.logits[0].float()  # row j predicts the token after ids[j]
-        before = torch.cat([self.next_logits[None], logits[:-1]])  # row j: the distribution ids[j] came from
+                out = self._forward(fed, output_attentions=True)
+            self.lr.extend(token_lookback([a[0] for a in out.attentions], self.sources, self.P,
+                                          len(self.ids) - skip)[skip:])
+        fused = fuse_layers(out.hidden_states, self.layers)[0][skip:]  # (len(ids), d)
+        logits = out.logits[0].float()  # row j predicts the token after fed[j]
+        before = torch.cat([self.next_logits[None], logits[:-1]])[skip:]  # row j: the distribution ids[j] came from
         self.h.extend(fused.to(self.out_dtype))
         self.ent.extend(token_entropy(before))
         self.sur.extend(token_surprisal(before, ids))
         self.ids.extend(ids)
         self.next_logits = logits[-1]
 
-    def crop(self, n: int) -> None:
-        """Forget answer tokens from the ``n``-th on (the cache keeps the prompt and the first ``n``)."""
-        if n >= len(self.ids):
-            return
-        self.cache.crop(n - len(self.ids))  # a negative count: tokens to remove
+    def _drop(self, n: int) -> int | None:
+        """Forget answer tokens from the ``n``-th on and the cache entry of token n-1 (its states are kept):
+        returns that token, to be fed again with what comes next (`feed`'s ``again``), or None when n = 0."""
+        self.cache.crop(self.P + max(n - 1, 0) - self.cache.get_seq_length())  # a negative count: tokens to remove
         del self.ids[n:], self.h[n:], self.ent[n:], self.sur[n:], self.lr[n:]
         if n == 0:
             self.next_logits = self._prompt_logits
-        else:  # the logits after token n-1 were not kept: one token re-fed gives them
-            last = self.ids[-1]
-            self.crop(n - 1)
-            self.feed([last])
+            return None
+        return self.ids[-1]
+
+    def crop(self, n: int) -> None:
+        """Forget answer tokens from the ``n``-th on (the cache keeps the prompt and the first ``n``)."""
+        if n < len(self.ids):
+            again = self._drop(n)
+            if again is not None:
+                self.feed([], again)
 
     def sync(self, ids: Sequence[int]) -> int:
-        """Make the answer's tokens ``ids``: keep the common prefix, feed the rest; returns how many were fed."""
+        """Make the answer's tokens ``ids``: keep the common prefix, feed the rest (with the last token kept,
+        in one pass, where the logits after it were not kept); returns how many were fed."""
         ids = list(ids)
         k = 0
         while k < min(len(ids), len(self.ids)) and ids[k] == self.ids[k]:
             k += 1
-        self.crop(k)
-        self.feed(ids[k:])
+        again = self._drop(k) if k < len(self.ids) else None
+        self.feed(ids[k:], again)
         return len(ids) - k
 
     def greedy(self, max_new_tokens: int, eos: int | set[int] | None) -> Iterator[int]:

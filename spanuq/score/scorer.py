@@ -390,7 +390,11 @@ class SpanUQ:
         when ``score.prefix_cache``: the sources of ``chat`` are not read again)."""
         ids, offsets = token_offsets(self.tok, text)
         prompt = self.tok(chat, add_special_tokens=False)["input_ids"]
-        if self.cfg.score.prefix_cache and self._prefix is not None:
+        if self.cfg.score.prefix_cache:
+            from ..llm.prefix import PrefixCache
+
+            if self._prefix is None or self._prefix.entries != self.cfg.score.prefix_cache:
+                self._prefix = PrefixCache(self.model, self.layers, self.out_dtype, self.cfg.score.prefix_cache)
             f = self._prefix.read(prompt, ids)
         else:
             f = extract_batch(self.model, self.tok, [chat], [ids], self.layers, self.out_dtype)[0]
@@ -412,7 +416,7 @@ class SpanUQ:
                 return
             t0 = time.perf_counter()
             s = read_names(nlp, item.answer, item.offsets, st.surprisal.float().numpy(),
-                           lambda copy: self.surprisal_after(item.chat, copy))
+                           [p.text for p in item.passages], lambda piece: self.surprisal_after(item.chat, piece))
             item.states = replace(st, surprisal=torch.from_numpy(s).to(st.surprisal.dtype))
             item.backbone_s += time.perf_counter() - t0
 

@@ -100,8 +100,8 @@ def slot_readings(uq, pairs: list[GroundedPair], batch_size: int = 8, progress: 
     if nlp is None:
         raise RuntimeError("grounded slot readings need spaCy and its pipeline (pip install 'spanuq[facts]')")
     for (p, _, t), f, chat in zip(twins, feats, chats):  # full names read by the surname too, as the product does
-        s = read_names(nlp, t.text, token_offsets(uq.tok, t.text)[1], f.surprisal.float().numpy(),
-                       lambda copy: uq.surprisal_after(chat, copy))
+        s = read_names(nlp, t.text, token_offsets(uq.tok, t.text)[1], f.surprisal.float().numpy(), p.context,
+                       lambda piece: uq.surprisal_after(chat, piece))
         f.surprisal = torch.from_numpy(s).to(f.surprisal.dtype)
     kept = uq.calibration
     # the identity mapping with facts as spans of their own: raw û of the spans the product shows

@@ -164,7 +164,7 @@ def recalibrate_grounded(cfg: Config, probe_dir: str | Path | None = None, pairs
     probe_dir = Path(probe_dir) if probe_dir is not None else paths.probe
     pairs = Path(pairs) if pairs is not None else TRAIN_PAIRS
     key = content_hash({"weights": sha256_file(probe_dir / "model.safetensors"), "pairs": sha256_file(pairs),
-                        "backbone": cfg.backbone.name, "reader": 4})
+                        "backbone": cfg.backbone.name, "reader": 5})
     cache = Path(cfg.paths.data) / cfg.backbone.name / "grounded" / f"readings-{key[:16]}.jsonl"
     if cache.exists():
         readings = [SlotReading(**r) for r in iter_jsonl(cache)]
