@@ -42,7 +42,7 @@ class StateCapture:
     ``cap.item(n)`` is the `FeatureItem` of the first ``n`` answer tokens."""
 
     def __init__(self, model, prompt_ids: Sequence[int], layers: Sequence[int], out_dtype=torch.float16,
-                 sources: Sequence[int] | None = None):
+                 sources: Sequence[int] | None = None, answer: Sequence[int] = ()):
         from transformers import DynamicCache
 
         self.model, self.layers, self.out_dtype = model, list(layers), out_dtype
@@ -50,12 +50,15 @@ class StateCapture:
         self.cache = DynamicCache(config=model.config)
         self.prompt: list[int] = []
         self.forwards, self.seconds = 0, 0.0
-        self.reprompt(prompt_ids, sources)
+        self.reprompt(prompt_ids, sources, answer)
 
-    def reprompt(self, prompt_ids: Sequence[int], sources: Sequence[int] | None = None) -> int:
+    def reprompt(self, prompt_ids: Sequence[int], sources: Sequence[int] | None = None, answer: Sequence[int] = ()
+                 ) -> int:
         """Start a new answer after ``prompt_ids``: the cache keeps the tokens this prompt shares with the
         last one from the start (all but the prompt's last token at most: its logits decode y_1) and the
-        rest is fed; returns how many prompt tokens were fed.  ``sources``: see `look_at`."""
+        rest is fed; returns how many tokens were fed.  ``sources``: see `look_at`.  ``answer``: its first
+        tokens, fed in the same forward pass as the prompt (one pass where two would do the same; not with
+        ``sources``, whose attention rows are read a pass at a time)."""
         prompt_ids = list(prompt_ids)
         if not prompt_ids:
             raise ValueError("StateCapture needs a prompt of at least one token")
@@ -71,12 +74,21 @@ class StateCapture:
         self.sur: list[torch.Tensor] = []  # () surprisal per answer token
         self.sources = None if sources is None else list(sources)
         self.lr: list[torch.Tensor] = []  # (layers·heads,) lookback ratios per answer token, with sources
+        answer = list(answer) if self.sources is None else []
+        n = len(answer)
         with torch.inference_mode():  # the prompt's states are not kept: only its last position's logits
-            out = self._forward(prompt_ids[k:], hidden=False, **logits_kwargs(self.model, 1))
+            out = self._forward(prompt_ids[k:] + answer, hidden=bool(n), **logits_kwargs(self.model, n + 1))
         self.forwards, self.seconds = 0, 0.0  # forward passes on the answer's tokens and their time (not the prompt's)
-        self._prompt_logits = out.logits[0, -1].float()  # the distribution y_1 is decoded from
+        logits = out.logits[0, -(n + 1):].float()  # row 0: after the prompt's last token; row j: after answer[j-1]
+        self._prompt_logits = logits[0]  # the distribution y_1 is decoded from
         self.next_logits = self._prompt_logits  # the distribution of the token after the last one fed
-        return len(prompt_ids) - k
+        if n:
+            self.h.extend(fuse_layers(out.hidden_states, self.layers)[0][-n:].to(self.out_dtype))
+            self.ent.extend(token_entropy(logits[:-1]))
+            self.sur.extend(token_surprisal(logits[:-1], answer))
+            self.ids.extend(answer)
+            self.next_logits = logits[-1]
+        return len(prompt_ids) - k + n
 
     def look_at(self, sources: Sequence[int] | None) -> None:
         """Keep each answer token's lookback ratios on the source tokens at positions ``sources`` of the prompt

@@ -11,7 +11,8 @@ tokens are fed (of an answer after the very same prompt, only the tokens after t
 differs from the last answer read there).
 
 The states are those of one teacher-forced pass over [prompt; answer] (`extract_batch`), computed
-in two or three pieces on the cache: they agree to float rounding (tests/test_prefix_cache.py).
+in one to three pieces on the cache (a prompt no cache shares is read with its answer in one pass):
+they agree to float rounding (tests/test_prefix_cache.py).
 Memory: one cache holds 2 × layers × KV heads × head size floats per token (SmolLM2-135M:
 46 KB a token, 92 MB for 2,000 tokens); ``entries`` bounds it.
 """
@@ -58,12 +59,12 @@ class PrefixCache:
         if best is not None and shared[best] >= min(MIN_SHARED, len(prompt_ids) - 1):
             cap = self._caps.pop(best)
             if cap.prompt != prompt_ids:
-                self.fed += cap.reprompt(prompt_ids, sources)
+                self.fed += cap.reprompt(prompt_ids, sources, ids)
             else:
                 cap.look_at(sources)
         else:
-            cap = StateCapture(self.model, prompt_ids, self.layers, self.out_dtype, sources)
-            self.fed += len(prompt_ids)
+            cap = StateCapture(self.model, prompt_ids, self.layers, self.out_dtype, sources, ids)
+            self.fed += len(prompt_ids) + len(cap.ids)
             if len(self._caps) >= self.entries:
                 self._caps.pop(0)  # the least recently used
         self._caps.append(cap)

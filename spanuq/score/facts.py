@@ -37,9 +37,16 @@ from ..model.postprocess import EDGE_PUNCT, Answer, Prediction, function_words, 
 log = logging.getLogger(__name__)
 
 
+@lru_cache(maxsize=64)
+def parsed(nlp, text: str):
+    """spaCy's ``nlp(text)``, kept for the answers read last: a given answer read with sources is parsed for its
+    facts and for its names (`spanuq.score.names`) once."""
+    return nlp(text)
+
+
 def entity_chars(nlp, text: str) -> list[tuple[int, int]]:
     """[start, end) characters of each named entity or number spaCy finds in ``text``."""
-    return [(ent.start_char, ent.end_char) for ent in nlp(text).ents if ent.text.strip()]
+    return [(ent.start_char, ent.end_char) for ent in parsed(nlp, text).ents if ent.text.strip()]
 
 
 def fact_tokens(answer: Answer, facts: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

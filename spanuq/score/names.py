@@ -34,8 +34,10 @@ Name = tuple[int, int, int]  # characters: where the name starts, where its last
 def full_names(nlp, text: str) -> list[Name]:
     """The people spaCy's pipeline ``nlp`` finds in ``text`` named in two words or more ("William
     Ramsey", "Henry Cavendish"; a title such as "Sir" is not part of the name), in reading order."""
+    from .facts import parsed
+
     out = []
-    for ent in nlp(text).ents:
+    for ent in parsed(nlp, text).ents:
         if ent.label_ != "PERSON":
             continue
         words = [t for t in ent if t.is_alpha]
