@@ -193,6 +193,20 @@ def test_checkpoint_round_trip(tmp_path, switches):
         assert torch.equal(oa[k], ob[k]), k
 
 
+def test_the_same_probe_saved_again_is_the_same_file(tmp_path):
+    """DVC names a probe by its bytes: saving one state twice must write one file (the safetensors library lists
+    the header's metadata in an order that changes from save to save)."""
+    torch.manual_seed(0)
+    model = SpanUQProbe(TINY, 32).eval()
+    files = set()
+    for k in range(8):
+        save_checkpoint(model, TINY, 32, tmp_path / str(k))
+        files.add((tmp_path / str(k) / "model.safetensors").read_bytes())
+    assert len(files) == 1
+    loaded = load_checkpoint(tmp_path / "0").probe.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in model.state_dict().items())
+
+
 def test_standardised_inputs_are_learned_from_training_and_travel_with_the_checkpoint(tmp_path):
     """probe.standardize: [H̄; entropy] is centred and scaled by the training split's statistics,
     so a dimension sitting near 100 (as a few of SmolLM2's do) reads like any other."""

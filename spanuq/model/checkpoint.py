@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from ..config import ProbeConfig
 from .calibration import Calibration
@@ -41,7 +41,7 @@ def save_checkpoint(model: SpanUQProbe, cfg: ProbeConfig, d_model: int, path_dir
     path = Path(path_dir)
     path.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(path / WEIGHTS), metadata={"format": "spanuq-probe", "version": str(FORMAT_VERSION)})
+    (path / WEIGHTS).write_bytes(stable_safetensors(state, {"format": "spanuq-probe", "version": str(FORMAT_VERSION)}))
     meta = {"format_version": FORMAT_VERSION, "d_model": int(d_model), "probe": cfg.model_dump(),
             "calibration": (calibration or Calibration()).as_dict(), "extra": extra or {}}
     (path / CONFIG).write_text(json.dumps(meta, indent=2, sort_keys=True))
@@ -58,9 +58,26 @@ def save_calibration(path_dir: str | Path, calibration: Calibration) -> Path:
     return Path(path_dir)
 
 
+def stable_safetensors(state: dict[str, torch.Tensor], metadata: dict[str, str]) -> bytes:
+    """The safetensors file of ``state`` with its header's metadata in sorted order.  The library writes the
+    metadata from a hash map, in an order that changes from process to process, so two saves of one state
+    differed in bytes (and DVC saw a new probe); the header is rewritten with the same content, sorted, in
+    the same length (the rest is padding the format allows)."""
+    from safetensors.torch import save
+
+    data = save(state, metadata=metadata)
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8: 8 + n])
+    header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    if len(text) > n:
+        raise ValueError(f"safetensors header of {n} bytes rewritten as {len(text)}: not the same content")
+    return data[:8] + text + b" " * (n - len(text)) + data[8 + n:]
+
+
 def same_weights(a: str | Path, b: str | Path) -> bool:
-    """Whether two weight files hold the same tensors (two saves of one state differ in bytes: the
-    safetensors header lists its metadata in no fixed order)."""
+    """Whether two weight files hold the same tensors (files saved before `stable_safetensors` may list
+    their header's metadata in another order)."""
     x, y = load_file(str(a)), load_file(str(b))
     return x.keys() == y.keys() and all(x[k].dtype == y[k].dtype and torch.equal(x[k], y[k]) for k in x)
 
