@@ -402,19 +402,22 @@ class SpanUQ:
 
     def _read_names(self, todo: list[Pending]) -> None:
         """Answers read with sources whose mapping shows each fact on its own: each person named in full read by
-        the surname too, the lower reading kept in the token surprisal (`spanuq.score.names`)."""
-        from .facts import _spacy
+        the surname too, the lower reading kept in the token surprisal (`spanuq.score.names`).  Without spaCy
+        facts are not shown on their own (`spanuq.score.facts` says so once), and no name is read."""
+        from ..label.units import load_spacy
         from .names import read_names
 
+        todo = [it for it in todo if it.passages is not None and it.states is not None
+                and it.states.surprisal is not None and self._answer(it) is not None
+                and self.calibration.for_source(it.source, grounded=True).fact_spans]
+        if not todo:
+            return
+        try:
+            nlp = load_spacy(self.cfg.label.spacy_model)
+        except (ImportError, RuntimeError):
+            return
         for item in sorted(todo, key=lambda it: it.chat):  # as `_read_on_prefix` read them: each prompt once
-            st = item.states
-            if (item.passages is None or st is None or st.surprisal is None or self._answer(item) is None
-                    or not self.calibration.for_source(item.source, grounded=True).fact_spans):
-                continue
-            nlp = _spacy(self.cfg.label.spacy_model)
-            if nlp is None:
-                return
-            t0 = time.perf_counter()
+            st, t0 = item.states, time.perf_counter()
             s = read_names(nlp, item.answer, item.offsets, st.surprisal.float().numpy(),
                            [p.text for p in item.passages], lambda piece: self.surprisal_after(item.chat, piece))
             item.states = replace(st, surprisal=torch.from_numpy(s).to(st.surprisal.dtype))

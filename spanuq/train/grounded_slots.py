@@ -82,7 +82,7 @@ def slot_readings(uq, pairs: list[GroundedPair], batch_size: int = 8, progress: 
     from ..context.render import render
     from ..llm.loading import token_offsets
     from ..llm.lookback import extract_with_lookback, source_positions, span_lookback
-    from ..score.facts import _spacy
+    from ..label.units import load_spacy
     from ..score.names import read_names
 
     twins = [(p, name, t) for p in pairs for name, t in (("correct", p.correct), ("planted", p.planted))]
@@ -96,9 +96,7 @@ def slot_readings(uq, pairs: list[GroundedPair], batch_size: int = 8, progress: 
     for s in range(0, len(twins), batch_size):
         feats += extract_with_lookback(uq.model, uq.tok, chats[s: s + batch_size], ids[s: s + batch_size],
                                        uq.layers, sources[s: s + batch_size], uq.out_dtype)
-    nlp = _spacy(uq.cfg.label.spacy_model)
-    if nlp is None:
-        raise RuntimeError("grounded slot readings need spaCy and its pipeline (pip install 'spanuq[facts]')")
+    nlp = load_spacy(uq.cfg.label.spacy_model)
     for (p, _, t), f, chat in zip(twins, feats, chats):  # full names read by the surname too, as the product does
         s = read_names(nlp, t.text, token_offsets(uq.tok, t.text)[1], f.surprisal.float().numpy(), p.context,
                        lambda piece: uq.surprisal_after(chat, piece))
