@@ -28,6 +28,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..label.targets import char_span_to_tokens
+
 Name = tuple[int, int, int]  # characters: where the name starts, where its last word starts, where it ends
 
 
@@ -48,8 +50,9 @@ def full_names(nlp, text: str) -> list[Name]:
 
 
 def tokens_over(offsets: Sequence[tuple[int, int]], a: int, e: int) -> list[int]:
-    """The tokens whose characters overlap [a, e)."""
-    return [t for t, (x, y) in enumerate(offsets) if x < e and y > a]
+    """The tokens whose characters overlap [a, e) (`char_span_to_tokens`, as a list)."""
+    span = char_span_to_tokens(list(offsets), a, e)
+    return [] if span is None else list(range(span[0], span[1] + 1))
 
 
 def keep_lower(surprisal: np.ndarray, name_tokens: list[int], s_surname: float) -> None:

@@ -391,11 +391,7 @@ class SpanUQ:
         ids, offsets = token_offsets(self.tok, text)
         prompt = self.tok(chat, add_special_tokens=False)["input_ids"]
         if self.cfg.score.prefix_cache:
-            from ..llm.prefix import PrefixCache
-
-            if self._prefix is None or self._prefix.entries != self.cfg.score.prefix_cache:
-                self._prefix = PrefixCache(self.model, self.layers, self.out_dtype, self.cfg.score.prefix_cache)
-            f = self._prefix.read(prompt, ids)
+            f = self._prefix_cache().read(prompt, ids)
         else:
             f = extract_batch(self.model, self.tok, [chat], [ids], self.layers, self.out_dtype)[0]
         return f.surprisal.float().numpy(), offsets
@@ -442,17 +438,22 @@ class SpanUQ:
             cap.sync(item.ids)
             item.states, item.backbone_s = cap.item(), time.perf_counter() - t0
 
-    def _read_on_prefix(self, todo: list[Pending]) -> None:
-        """`_read_states` of answers with sources, one by one on the cache of the last prompts read (items
-        after the same window of sources one after another)."""
+    def _prefix_cache(self):
+        """The backbone's KV cache of the last ``score.prefix_cache`` prompts read (`spanuq.llm.prefix`)."""
         from ..llm.prefix import PrefixCache
 
         if self._prefix is None or self._prefix.entries != self.cfg.score.prefix_cache:
             self._prefix = PrefixCache(self.model, self.layers, self.out_dtype, self.cfg.score.prefix_cache)
+        return self._prefix
+
+    def _read_on_prefix(self, todo: list[Pending]) -> None:
+        """`_read_states` of answers with sources, one by one on the cache of the last prompts read (items
+        after the same window of sources one after another)."""
+        cache = self._prefix_cache()
         for item in sorted(todo, key=lambda it: it.chat):
             t0 = time.perf_counter()
-            item.states = self._prefix.read(self.tok(item.chat, add_special_tokens=False)["input_ids"], item.ids,
-                                            self._sources_of(item))
+            item.states = cache.read(self.tok(item.chat, add_special_tokens=False)["input_ids"], item.ids,
+                                 self._sources_of(item))
             item.backbone_s = time.perf_counter() - t0
 
     def _probe(self, items: list[Pending]) -> tuple[list[tuple[Prediction | None, list]], float]:
