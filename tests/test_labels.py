@@ -681,14 +681,14 @@ def test_judge_plumbing_against_the_real_llama_cpp_server(llama_server, make_cfg
                     "label.judge.concurrency=1", f"label.corpus={corpus}")
     paths = write_inputs(cfg, tok)
     gens = read_records(paths.generations, Generation)
-    write_jsonl(paths.generations, gens[:3])
+    write_jsonl(paths.generations, gens[:2])
     from spanuq.label.stage import run_index
 
     run_index(cfg, progress=False)
     label_tolerating_no_labels(cfg)
     report = json.loads(paths.label_report.read_text())
     j = json.loads(paths.run_log("label").read_text())["judge"]
-    assert j["requests"] + j["cache_hits"] >= 3 * 3 and j["calls"] >= j["requests"]  # 3 x (greedy + 2 samples)
+    assert j["requests"] + j["cache_hits"] >= 2 * 3 and j["calls"] >= j["requests"]  # 2 x (greedy + 2 samples)
     assert j["format_failures"] <= j["requests"] // 2  # grammar-constrained JSON mostly validates
     assert report["labeller"]["dropped"] + report["claims"] > 0  # spans were anchored or dropped
     for r in read_records(paths.labels, LabeledResponse):

@@ -55,6 +55,31 @@ def test_report_counts_every_row_and_groups_by_metadata(scorer, tmp_path):
     assert again["meta"]["errors"] == 4 and again["overall"] == o
 
 
+def test_a_row_with_sources_is_read_against_them_as_the_api_reads_it(scorer, tmp_path):
+    """A retrieval app's log: each row carries the passages it retrieved (`context`), and the row is
+    scored against them, as `SpanUQ.score(..., context=...)` scores it; sources the API refuses are
+    that row's error, never cached."""
+    from spanuq.monitor.run import run_monitor
+
+    source = [{"id": "eiffel", "text": "The Eiffel Tower was completed in March 1889 for the World's Fair."}]
+    row = {"prompt": "When was the Eiffel Tower finished?", "response": "It was finished in 1899."}
+    src = tmp_path / "answers.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in [
+        {**row, "context": source}, row, {**row, "context": "not a list"}, {**row, "context": []}]))
+    report = run_monitor(scorer, src, tmp_path / "out", progress=False)
+    assert report["meta"]["errors"] == 2 and report["overall"]["scored"] + report["overall"]["unverified"] == 2
+    assert [e["line"] for e in report["error_rows"]] == [3, 4] and "empty list" in report["error_rows"][1]["error"]
+    cached = [json.loads(x)["result"] for x in (tmp_path / "out" / "cache.jsonl").read_text().splitlines()]
+    with_sources = next(r for r in cached if r["context"] is not None)
+    want = scorer.score(row["prompt"], response=row["response"], context=source)
+    assert [p["id"] for p in with_sources["context"]] == ["eiffel"]
+    assert [(s["start"], s["end"]) for s in with_sources["spans"]] == [(s.start, s.end) for s in want.spans]
+    assert [s["u"] for s in with_sources["spans"]] == pytest.approx([s.u for s in want.spans], abs=1e-4)
+    assert with_sources["calibration_source"] == want.calibration_source and with_sources["status"] == want.status
+    without = next(r for r in cached if r["context"] is None)
+    assert without["context_windows"] == 0 and with_sources["context_windows"] == 1
+
+
 def _monitor(src: Path, out: Path, probe_dir: Path, env: dict, batch: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "spanuq.cli", "monitor", str(src), "-O", str(out), "--model", str(probe_dir),
            "--batch-size", str(batch), "--no-progress"]

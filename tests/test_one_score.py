@@ -1,12 +1,14 @@
-"""One answer, one score on every path: the same (prompt, answer, who wrote it) gets the same spans,
-the same û (to 1e-4), the same û_seq and the same ``answer_source`` from the Python API, the CLI,
-``POST /score``, ``/score/batch``, ``/score/stream``, ``/v1/chat/completions`` (streamed and not),
-LangChain's ``ChatOpenAI``, the MLflow pyfunc model and ``spanuq monitor``.
+"""One answer, one score on every path: the same (prompt, answer, who wrote it, sources) gets the same
+spans, the same û (to 1e-4), the same û_seq, the same ``answer_source`` and the same calibration and status
+from the Python API, the CLI (``--file`` and one answer), ``POST /score``, ``/score/batch``,
+``/score/stream``, ``/v1/chat/completions`` (streamed and not), LangChain's ``ChatOpenAI``, the MLflow
+pyfunc model and ``spanuq monitor``.
 
-The probe is the shipped one: its given-answer calibration differs from its own-answer one, so a
-path that scores an answer with the other calibration shows here.  A case is a dict of the API's
-fields (``prompt``, ``response``?, ``answer_source``); a field the API gains (sources) is one more
-key in `CASES` and in the paths that pass it on.
+The probe is the shipped one: its given-answer calibration differs from its own-answer one, and its
+with-sources mapping of given answers from both, so a path that scores an answer with another
+calibration shows here.  A case is a dict of the API's fields (``prompt``, ``response``?,
+``answer_source``, ``context``?).  The MLflow model takes an answer's states, not its sources (reading
+an answer with sources needs the backbone: `SpanUQ.score`), so it is checked on the cases without.
 """
 import json
 
@@ -20,11 +22,17 @@ from servers import scoring_service
 BACKBONE = "smollm2-135m"
 QUESTION = "Who painted the Mona Lisa?"
 WRONG = "The Mona Lisa was painted by Michelangelo Buonnacron in 1503."
-CASES = {  # name -> the API's fields; "own" is filled in with the backbone's answer to QUESTION
+SOURCES = ["The Mona Lisa is a half-length portrait painted by the Italian artist Leonardo da Vinci, begun in 1503."]
+CASES = {  # name -> the API's fields; "own" answers are filled in with the backbone's answer to that prompt
     "backbone answers": {"prompt": QUESTION},
     "given answer": {"prompt": QUESTION, "response": WRONG, "answer_source": "given"},
     "own answer written elsewhere": {"prompt": QUESTION, "answer_source": "generated"},
+    "backbone answers with sources": {"prompt": QUESTION, "context": SOURCES},
+    "given answer with sources": {"prompt": QUESTION, "response": WRONG, "answer_source": "given", "context": SOURCES},
+    "own answer with sources written elsewhere": {"prompt": QUESTION, "answer_source": "generated", "context": SOURCES},
 }
+OWN = {"own answer written elsewhere": "backbone answers",  # the case whose answer it is
+       "own answer with sources written elsewhere": "backbone answers with sources"}
 OVERRIDES = ["score.max_new_tokens=24", "score.server_threads=2"]
 
 
@@ -43,23 +51,26 @@ def shipped(tmp_path_factory, repo_root):
 
 
 def record(r: dict) -> dict:
-    """What must agree across paths: the answer, who wrote it, each span's characters and û, û_seq."""
+    """What must agree across paths: the answer, who wrote it, which calibration and status, each span's
+    characters and û, û_seq."""
     return {"answer": r["answer"], "answer_source": r.get("answer_source"), "u_seq": r["u_seq"],
+            "calibration_source": r.get("calibration_source"), "status": r.get("status"),
             "spans": [(s["start"], s["end"], s["u"]) for s in r["spans"]]}
 
 
 def same(got: dict, want: dict, path: str) -> None:
     assert got["answer"] == want["answer"], path
-    if got["answer_source"] is not None:  # the MLflow model is told the source, it does not echo it
-        assert got["answer_source"] == want["answer_source"], path
+    for key in ("answer_source", "calibration_source", "status"):
+        if got[key] is not None:  # the MLflow model is told the source, it does not echo it
+            assert got[key] == want[key], f"{path}: {key}"
     assert [s[:2] for s in got["spans"]] == [s[:2] for s in want["spans"]], path
     assert [s[2] for s in got["spans"]] == pytest.approx([s[2] for s in want["spans"]], abs=1e-4), path
     assert got["u_seq"] == pytest.approx(want["u_seq"], abs=1e-4), path
 
 
 def cases(uq) -> dict[str, dict]:
-    own = uq.score(QUESTION).answer
-    return {k: ({**c, "response": own} if k == "own answer written elsewhere" else c) for k, c in CASES.items()}
+    own = {k: uq.score(**CASES[of]).answer for k, of in OWN.items()}
+    return {k: ({**c, "response": own[k]} if k in own else c) for k, c in CASES.items()}
 
 
 def expected(uq, case: dict) -> dict:
@@ -83,9 +94,7 @@ def test_the_backbones_own_answer_is_scored_as_its_own_on_v1_not_as_a_given_one(
         "the two calibrations differ on this answer, so this test can tell them apart"
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(3600)  # three model loads (the CLI twice, the service shares the module's) and ~10 generations
-def test_one_answer_gets_one_score_on_every_path(shipped, make_cfg, repo_root, tmp_path, monkeypatch):
+def test_one_answer_gets_one_score_on_every_path(shipped, make_cfg, repo_root, tmp_path, monkeypatch, capsys):
     from openai import OpenAI
 
     from spanuq.cli import main
@@ -98,8 +107,11 @@ def test_one_answer_gets_one_score_on_every_path(shipped, make_cfg, repo_root, t
     todo = cases(uq)
     want = {k: expected(uq, c) for k, c in todo.items()}
     assert want["given answer"]["answer_source"] == "given"
-    assert want["own answer written elsewhere"] == want["backbone answers"]  # the same answer, the same writer
-    assert any(w["spans"] for w in want.values()), "some spans to compare"
+    for k, of in OWN.items():
+        same(want[k], want[of], k)  # the same answer, the same writer, the same sources
+    assert want["given answer with sources"]["calibration_source"] == "given+context"  # the shipped probe has it
+    assert want["given answer with sources"]["spans"] != want["given answer"]["spans"], "the sources count"
+    assert all(w["spans"] for w in want.values()), "spans to compare in every case"
     got: dict[str, dict[str, dict]] = {k: {} for k in todo}
     prompt_only = [k for k, c in todo.items() if "response" not in c]
 
@@ -112,6 +124,13 @@ def test_one_answer_gets_one_score_on_every_path(shipped, make_cfg, repo_root, t
     for line in (tmp_path / "scored.jsonl").read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
         got[rec["id"]]["cli --file"] = record(rec["result"])
+    for k in ("given answer", "given answer with sources"):  # one answer: `spanuq score PROMPT --response ... --json`
+        c = todo[k]
+        one = ["score", c["prompt"], "--response", c["response"], "--answer-source", c["answer_source"], "--json",
+               *[x for p in c.get("context", []) for x in ("--context", p)], *args]
+        capsys.readouterr()
+        assert main(one) == 0
+        got[k]["cli"] = record(json.loads(capsys.readouterr().out))
 
     # spanuq monitor: the rows with an answer, each saying who wrote it
     answers = tmp_path / "answers.jsonl"
@@ -121,8 +140,9 @@ def test_one_answer_gets_one_score_on_every_path(shipped, make_cfg, repo_root, t
     cached = [json.loads(x)["result"] for x in (tmp_path / "mon" / "cache.jsonl").read_text().splitlines()]
     for k, c in todo.items():
         if "response" in c:
-            got[k]["monitor"] = next(record(r) for r in cached
-                                     if r["answer"] == c["response"] and r["answer_source"] == c["answer_source"])
+            got[k]["monitor"] = next(record(r) for r in cached if r["answer"] == c["response"]
+                                     and r["answer_source"] == c["answer_source"]
+                                     and (r["context"] is not None) == ("context" in c))
 
     # the service: /score, /score/batch, /score/stream, /v1 (streamed and not), LangChain
     with scoring_service(uq) as (url, _):
@@ -138,17 +158,18 @@ def test_one_answer_gets_one_score_on_every_path(shipped, make_cfg, repo_root, t
             assert last["done"]
             got[k]["/score/stream"] = record(last["result"])
             msgs = [{"role": "user", "content": todo[k]["prompt"]}]
-            r = client.chat.completions.create(model=BACKBONE, messages=msgs)
+            extra = {"context": todo[k]["context"]} if "context" in todo[k] else None  # docs/openai.md "Sources"
+            r = client.chat.completions.create(model=BACKBONE, messages=msgs, extra_body=extra)
             got[k]["/v1"] = record({**r.spanuq, "answer": r.choices[0].message.content})
             content, final = "", None
-            for ch in client.chat.completions.create(model=BACKBONE, messages=msgs, stream=True):
+            for ch in client.chat.completions.create(model=BACKBONE, messages=msgs, stream=True, extra_body=extra):
                 content += ch.choices[0].delta.content or "" if ch.choices else ""
                 ext = (ch.model_extra or {}).get("spanuq")
                 final = ext if ext and ext["done"] else final
             got[k]["/v1 streamed"] = record({**final, "answer": content})
             lc = pytest.importorskip("langchain_openai", reason="needs `pip install langchain-openai`")
             llm = lc.ChatOpenAI(base_url=f"{url}/v1", api_key="unused", model=BACKBONE, max_retries=0,
-                                include_response_headers=True)
+                                include_response_headers=True, extra_body=extra)
             msg = llm.invoke(todo[k]["prompt"])
             got[k]["LangChain"] = record({**json.loads(msg.response_metadata["headers"]["x-spanuq"]),
                                           "answer": msg.content})
@@ -159,6 +180,8 @@ def test_one_answer_gets_one_score_on_every_path(shipped, make_cfg, repo_root, t
         log_probe(uq.checkpoint, cfg, dev_auroc=0.5)
     pyfunc = mlflow.pyfunc.load_model("models:/spanuq-smollm2-135m@champion")
     for k, c in todo.items():
+        if "context" in c:
+            continue  # the model takes states, not sources (module docstring)
         answer, source = want[k]["answer"], want[k]["answer_source"]
         ids, offsets = token_offsets(uq.tok, answer)
         item = extract_batch(uq.model, uq.tok, [uq._chat(c["prompt"])[0]], [ids], uq.layers,
@@ -166,13 +189,16 @@ def test_one_answer_gets_one_score_on_every_path(shipped, make_cfg, repo_root, t
         out = pyfunc.predict({"h": item.h.float().numpy(), "entropy": item.entropy.numpy(),
                               "surprisal": item.surprisal.numpy(), "text": answer, "offsets": offsets},
                              params={"source": source})[0]
-        got[k]["MLflow"] = {"answer": answer, "answer_source": None, "u_seq": out["u_seq"],
+        got[k]["MLflow"] = {"answer": answer, "answer_source": None, "calibration_source": None, "status": None,
+                            "u_seq": out["u_seq"],
                             "spans": [(s["char_start"], s["char_end"], s["u"]) for s in out["spans"]]}
 
     expected_paths = {"cli --file", "/score", "/score/batch"}
     for k in todo:
-        paths = expected_paths | {"MLflow"} | ({"monitor"} if "response" in todo[k] else
-                                               {"/score/stream", "/v1", "/v1 streamed", "LangChain"})
+        paths = (expected_paths | ({"monitor"} if "response" in todo[k] else
+                                   {"/score/stream", "/v1", "/v1 streamed", "LangChain"})
+                 | ({"cli"} if k in ("given answer", "given answer with sources") else set())
+                 | (set() if "context" in todo[k] else {"MLflow"}))
         assert set(got[k]) == paths, k
         for path, rec in got[k].items():
             same(rec, want[k], f"{k}: {path}")

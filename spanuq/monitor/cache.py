@@ -2,7 +2,7 @@
 
 An answer's key is the sha256 of everything its result depends on: the probe's weights and
 calibration, the scoring settings (validity threshold, window, languages, system prompt,
-backbone) and the prompt, response and who wrote it.  Each scored batch is appended and synced to disk
+backbone) and the prompt, response, who wrote it and the sources it is read against.  Each scored batch is appended and synced to disk
 before the next one starts, so a crash loses at most the batch in flight, and a rerun scores
 only what is not there.  Only results are written — a row that failed (bad input, a backbone
 that could not run) is never cached, so the next run tries it again.  A last line cut off by
@@ -32,11 +32,15 @@ def scoring_identity(uq) -> dict:
                                                             uq.guarantee.delta, uq.guarantee.threshold]}
 
 
-def answer_key(identity: dict, prompt: str, response: str, answer_source: str = "given") -> str:
-    """The answer's key; who wrote it enters only when it is the backbone (a given answer keeps its key)."""
+def answer_key(identity: dict, prompt: str, response: str, answer_source: str = "given",
+               context: list | None = None) -> str:
+    """The answer's key; who wrote it enters only when it is the backbone, the sources only when there are
+    some (an answer given without sources keeps the key it had before either field existed)."""
     doc = {"scoring": identity, "prompt": prompt, "response": response}
     if answer_source != "given":
         doc["answer_source"] = answer_source
+    if context is not None:
+        doc["context"] = context
     doc = json.dumps(doc, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(doc.encode("utf-8")).hexdigest()
 

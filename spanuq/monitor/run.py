@@ -29,7 +29,7 @@ from .rows import BadRow, Row, read_rows
 
 def _score(uq, batch: list[Row]) -> list[ScoreResult | Exception]:
     """A batch's results; when the batch as a whole fails, each row alone (so one bad row fails alone)."""
-    reqs = [{"prompt": r.prompt, "response": r.response, "answer_source": r.answer_source} for r in batch]
+    reqs = [r.request() for r in batch]
     try:
         return uq.score_many(reqs, progress=False, return_errors=True)
     except Exception:  # noqa: BLE001 - isolate the row that breaks the batch
@@ -62,7 +62,7 @@ def run_monitor(uq, path: str | Path, out_dir: str | Path | None = None, *, by: 
     errors = [(r.line, r.error) for r in rows if isinstance(r, BadRow)]
     identity = scoring_identity(uq)
     cache = ResultCache(out)
-    keys = [answer_key(identity, r.prompt, r.response, r.answer_source) for r in good]
+    keys = [answer_key(identity, r.prompt, r.response, r.answer_source, r.context) for r in good]
     todo, seen = [], set()
     for r, k in zip(good, keys):
         if k not in cache and k not in seen:
