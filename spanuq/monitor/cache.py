@@ -2,11 +2,11 @@
 
 An answer's key is the sha256 of everything its result depends on: the probe's weights and
 calibration, the scoring settings (validity threshold, window, languages, system prompt,
-backbone) and the prompt, response, who wrote it and the sources it is read against.  Each scored batch is appended and synced to disk
-before the next one starts, so a crash loses at most the batch in flight, and a rerun scores
-only what is not there.  Only results are written — a row that failed (bad input, a backbone
-that could not run) is never cached, so the next run tries it again.  A last line cut off by
-a crash is dropped when the file is opened.
+backbone) and the prompt, response, who wrote it and the sources it is read against.  Each
+scored batch is appended and synced to disk before the next one starts, so a crash loses at
+most the batch in flight, and a rerun scores only what is not there.  Only results are written
+— a row that failed (bad input, a backbone that could not run) is never cached, so the next run
+tries it again.  A last line cut off by a crash is dropped when the file is opened.
 """
 from __future__ import annotations
 

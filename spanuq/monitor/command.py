@@ -6,7 +6,8 @@ import sys
 
 
 def add_monitor_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="JSONL rows {prompt, response, answer_source?, context?, domain?, id?, metadata?: {...}}")
+    p.add_argument("file", help="JSONL rows {prompt, response, answer_source?, context?, domain?, id?, "
+                                "metadata?: {...}}")
     p.add_argument("-O", "--out", default=None, help="output folder (default: <file>.monitor/): report.html, "
                                                      "report.json and the cache that makes reruns resume")
     p.add_argument("--by", default=None, help="comma-separated columns to break rates down by (default: domain and "

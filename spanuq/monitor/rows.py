@@ -6,10 +6,11 @@
 ``prompt`` and ``response`` are required strings (an empty response is scored as an unverified
 empty answer); ``id`` is optional; ``answer_source`` (optional) says who wrote the answer, as the
 API's field does: ``generated`` (the probe's backbone, e.g. through a server that serves it) or
-``given`` (anyone else: the default), and picks that calibration; ``context`` (optional) holds the sources the
-answer is read against, as the API's field does (passages: strings or ``{text, id?, title?}``; docs/context.md);
-``domain`` and every key of ``metadata`` (and any other top-level scalar) are columns the report breaks rates down by.  A line that is not UTF-8, not
-JSON or without the required fields is that row's error: the other rows are read as they are.
+``given`` (anyone else: the default), and picks that calibration; ``context`` (optional) holds the
+sources the answer is read against, as the API's field does (passages: strings or ``{text, id?,
+title?}``; docs/context.md); ``domain`` and every key of ``metadata`` (and any other top-level
+scalar) are columns the report breaks rates down by.  A line that is not UTF-8, not JSON or
+without the required fields is that row's error: the other rows are read as they are.
 """
 from __future__ import annotations
 
