@@ -23,8 +23,9 @@ def test_prompt_seeds_are_stable_and_distinct():
 
 @pytest.mark.server
 def test_llama_cpp_server_backend_generates_greedy_and_samples(llama_server, make_cfg):
-    cfg = make_cfg("generate.backend=server", f"generate.server_url={llama_server.base_url}",
-                   "generate.launch_server=false", "generate.n_samples=3", "generate.max_new_tokens=24")
+    server = ("generate.backend=server", f"generate.server_url={llama_server.base_url}",
+              "generate.launch_server=false", "generate.max_new_tokens=24")
+    cfg = make_cfg(*server, "generate.n_samples=3")
     gens, stats = generate_all(cfg, PROMPTS, progress=False)
     assert stats["generated"] == 3 and stats["cached"] == 0
     for g, p in zip(gens, PROMPTS):
@@ -36,9 +37,8 @@ def test_llama_cpp_server_backend_generates_greedy_and_samples(llama_server, mak
     # reuses the KV cache of the prefix a request shares with the one before, computed in another
     # batch, so float sums differ slightly (one CI run in four flipped "…born in 189c, Poland" to
     # "…born in 189c, she"); the start of every answer must repeat
-    greedy_only = make_cfg("generate.backend=server", f"generate.server_url={llama_server.base_url}",
-                           "generate.launch_server=false", "generate.n_samples=1", "generate.max_new_tokens=24")
-    again, stats2 = generate_all(greedy_only, PROMPTS, cache_dir=cfg.paths.cache + "/fresh", progress=False)
+    again, stats2 = generate_all(make_cfg(*server, "generate.n_samples=1"), PROMPTS,  # the greedy answers' repeat
+                                 cache_dir=cfg.paths.cache + "/fresh", progress=False)
     assert stats2["generated"] == 3
     assert [g.greedy.text.split()[:3] for g in again] == [g.greedy.text.split()[:3] for g in gens]
     # a re-run with the same params is served from the per-prompt cache
