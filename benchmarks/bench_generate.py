@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from spanuq.config import load_config  # noqa: E402
 from spanuq.generate.base import greedy_and_samples  # noqa: E402
 from spanuq.generate.stage import open_generator, prompt_seed  # noqa: E402
-from spanuq.llm.loading import chat_prompt, load_tokenizer  # noqa: E402
+from spanuq.llm.loading import chat_prompt, count_tokens, load_tokenizer  # noqa: E402
 from table import report  # noqa: E402 - benchmarks/table.py: make bench's one table
 
 QUESTIONS = [
@@ -37,7 +37,7 @@ QUESTIONS = [
 def bench(cfg, n_prompts: int, n_samples: int) -> dict:
     tok = load_tokenizer(cfg)
     chats = [chat_prompt(tok, QUESTIONS[i % len(QUESTIONS)], cfg.backbone.system_prompt) for i in range(n_prompts)]
-    n_tok = lambda cs: sum(len(tok(c.text, add_special_tokens=False).input_ids) for c in cs)  # noqa: E731
+    n_tok = lambda cs: sum(count_tokens(tok, c.text) for c in cs)  # noqa: E731
     with open_generator(cfg) as gen:
         gen.greedy(chats[:1])  # warm-up
         t = time.perf_counter()

@@ -33,12 +33,14 @@ PASTED = Path(__file__).resolve().parents[1] / "spanuq" / "bench" / "planted" / 
 
 def sources(uq, rows: list[dict], start: int, n_tokens: int) -> tuple[list[str], int]:
     """Pasted answers from ``start`` on (wrapping), as many as make ``n_tokens`` tokens."""
+    from spanuq.llm.loading import count_tokens
+
     out, n = [], 0
     for other in rows[start:] + rows[:start]:
         if n >= n_tokens:
             break
         out.append(other["answer"])
-        n += len(uq.tok(other["answer"], add_special_tokens=False)["input_ids"])
+        n += count_tokens(uq.tok, other["answer"])
     return out, n
 
 

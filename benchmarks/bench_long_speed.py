@@ -26,6 +26,7 @@ def main() -> None:
 
     from spanuq import SpanUQ
     from spanuq.llm.chunked import chunk_plan
+    from spanuq.llm.loading import count_tokens
     from spanuq.score.shipped import shipped_dir
 
     uq = SpanUQ.load("shipped", generator="hf")
@@ -37,7 +38,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for n in (int(x) for x in args.tokens.split(",")):
         text, k = "", 0
-        while len(uq.tok(text, add_special_tokens=False)["input_ids"]) < n:
+        while count_tokens(uq.tok, text) < n:
             text += ("\n\n" if text else "") + parts[k % len(parts)]
             k += 1
         best = min((uq.score(prompt, response=text) for _ in range(args.repeats)), key=lambda r: r.timings.total_s)

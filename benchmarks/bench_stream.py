@@ -41,6 +41,7 @@ def main() -> None:
 
     from spanuq import SpanUQ
     from spanuq.data.prompts import load_bundled
+    from spanuq.llm.loading import count_tokens
     from spanuq.llm.states import extract_batch
     from spanuq.model.postprocess import predict
 
@@ -78,7 +79,7 @@ def main() -> None:
                 elif v == "llama.cpp":
                     t0 = time.perf_counter()
                     text = uq.generation.client().greedy([chat])[0].text
-                    rows[v].append({"tokens": len(uq.tok(text, add_special_tokens=False)["input_ids"]),
+                    rows[v].append({"tokens": count_tokens(uq.tok, text),
                                     "wall": time.perf_counter() - t0})
                 elif v == "llama.cpp stream":
                     rows[v].append(stream(uq, p, "llamacpp", cfg.score.stream_every, True))

@@ -25,8 +25,9 @@ import re
 
 import numpy as np
 
+from ..llm.loading import count_tokens
 from .passages import Passage
-from .render import count_tokens, passage_line, split_passage
+from .render import passage_line, split_passage
 
 PIECE_TOKENS = 96  # a piece: whole sentences; a passage this short stays whole (what "it" names stays with it)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..llm.loading import count_tokens  # the one token count (also imported from here)
 from .numbers import with_digits
 from .passages import ContextError, Passage
 
@@ -91,10 +92,6 @@ def with_sources(messages: list[dict], block: str, system_prompt: str | None) ->
 
 def apply_template(tokenizer, messages: list[dict]) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
-
-
-def count_tokens(tokenizer, text: str) -> int:
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def render(tokenizer, messages: list[dict], pieces: list[tuple[int, Passage, int, int]],

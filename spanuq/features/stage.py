@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from ..config import Config
 from ..label.sample_answers import read_answers
-from ..llm.loading import load_backbone
+from ..llm.loading import count_tokens, load_backbone
 from ..llm.presets import fused_layers, get_preset
 from ..llm.states import FeatureItem, extract_batch
 from ..pipeline.cache import content_hash
@@ -55,7 +55,7 @@ def run_extract(cfg: Config, progress: bool = True) -> Path:
     if todo:
         model, tok = load_backbone(cfg)
         # batches of alike lengths (prompt + answer: a prompt with sources is long), so little is padding
-        todo.sort(key=lambda g: len(tok(g.chat_prompt, add_special_tokens=False)["input_ids"]) + len(g.greedy.token_ids))
+        todo.sort(key=lambda g: count_tokens(tok, g.chat_prompt) + len(g.greedy.token_ids))
         bs = max(1, cfg.extract.batch_size)
         for s in tqdm(range(0, len(todo), bs), desc="extract", unit="batch", disable=not progress):
             batch = todo[s: s + bs]

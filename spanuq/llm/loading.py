@@ -162,9 +162,17 @@ def chat_prompt(tokenizer, text: str, system_prompt: str | None = None) -> str:
     )
 
 
-def response_token_ids(tokenizer, text: str) -> list[int]:
-    """Canonical token ids of a response (no special tokens)."""
+def token_ids(tokenizer, text: str) -> list[int]:
+    """Canonical token ids of ``text``, no special tokens added (a chat prompt's template tokens are in its text)."""
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+response_token_ids = token_ids  # a response's canonical token ids (the records' ``token_ids``)
+
+
+def count_tokens(tokenizer, text: str) -> int:
+    """How many tokens ``text`` is (`token_ids`): the one count of prompts, chats and sources."""
+    return len(token_ids(tokenizer, text))
 
 
 def token_offsets(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:

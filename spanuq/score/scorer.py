@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 
 from ..config import Config, load_config
 from ..llm.chunked import extract_long
-from ..llm.loading import token_offsets
+from ..llm.loading import count_tokens, token_ids, token_offsets
 from ..llm.states import FeatureItem, extract_batch, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
 from . import grounded
@@ -196,7 +196,7 @@ class SpanUQ:
         from ..llm.loading import chat_prompt
 
         chat = chat_prompt(self.tok, prompt, self.system_prompt)
-        return chat, len(self.tok(chat, add_special_tokens=False)["input_ids"])
+        return chat, count_tokens(self.tok, chat)
 
     def _check_context(self, n_prompt: int, n_response: int, what: str) -> None:
         """The prompt must leave room in the context (the backbone's, which the llama.cpp server shares):
@@ -300,9 +300,9 @@ class SpanUQ:
                     item.ids, item.offsets = token_offsets(self.tok, r.response)
                 self._windows(item, len(item.ids) + 1 if r.response is not None else self.cfg.score.max_new_tokens)
             elif isinstance(item.chat_given, str):
-                item.chat, item.n_prompt = item.chat_given, len(self.tok(item.chat_given, add_special_tokens=False)["input_ids"])
+                item.chat, item.n_prompt = item.chat_given, count_tokens(self.tok, item.chat_given)
             elif item.chat_given is not None:
-                from ..context.render import apply_template, count_tokens
+                from ..context.render import apply_template
 
                 item.chat = apply_template(self.tok, item.chat_given)
                 item.n_prompt = count_tokens(self.tok, item.chat)
@@ -389,7 +389,7 @@ class SpanUQ:
         """(token surprisal, character offsets) of ``text`` read after the rendered ``chat`` (on the prefix cache
         when ``score.prefix_cache``: the sources of ``chat`` are not read again)."""
         ids, offsets = token_offsets(self.tok, text)
-        prompt = self.tok(chat, add_special_tokens=False)["input_ids"]
+        prompt = token_ids(self.tok, chat)
         if self.cfg.score.prefix_cache:
             f = self._prefix_cache().read(prompt, ids)
         else:
@@ -433,7 +433,7 @@ class SpanUQ:
 
         for item in todo:
             t0 = time.perf_counter()
-            cap = StateCapture(self.model, self.tok(item.chat, add_special_tokens=False)["input_ids"], self.layers,
+            cap = StateCapture(self.model, token_ids(self.tok, item.chat), self.layers,
                                self.out_dtype, self._sources_of(item))
             cap.sync(item.ids)
             item.states, item.backbone_s = cap.item(), time.perf_counter() - t0
@@ -452,7 +452,7 @@ class SpanUQ:
         cache = self._prefix_cache()
         for item in sorted(todo, key=lambda it: it.chat):
             t0 = time.perf_counter()
-            item.states = cache.read(self.tok(item.chat, add_special_tokens=False)["input_ids"], item.ids,
+            item.states = cache.read(token_ids(self.tok, item.chat), item.ids,
                                  self._sources_of(item))
             item.backbone_s = time.perf_counter() - t0
 

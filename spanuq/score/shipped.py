@@ -72,13 +72,13 @@ def test_examples(path: Path, model, tokenizer, layers: list[int], dtype: str, b
     from tqdm.auto import tqdm
 
     from ..features.dataset import ResponseExample
+    from ..llm.loading import count_tokens
     from ..llm.states import extract_batch
 
     rows = test_split(path)[:limit]
     # batches of similar length (less padding; right padding leaves every real token's states as they are),
     # returned in the stored order
-    n_tokens = [len(tokenizer(r["chat_prompt"], add_special_tokens=False)["input_ids"]) + len(r["token_ids"])
-                for r in rows]
+    n_tokens = [count_tokens(tokenizer, r["chat_prompt"]) + len(r["token_ids"]) for r in rows]
     order = sorted(range(len(rows)), key=lambda i: n_tokens[i])
     out: list = [None] * len(rows)
     bar = tqdm(total=len(rows), desc="re-extract test answers", unit="answer", disable=not progress)

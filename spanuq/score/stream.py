@@ -32,7 +32,7 @@ from contextlib import nullcontext
 from typing import Iterator
 
 from ..llm.capture import StateCapture
-from ..llm.loading import token_offsets
+from ..llm.loading import count_tokens, token_ids, token_offsets
 from .errors import InputError
 from .schema import ScoreRequest, ScoreResult, StreamUpdate, Timings
 
@@ -70,7 +70,7 @@ def _server_text(uq, cap: StateCapture, chat: str, max_new: int) -> Iterator[tup
     gen = uq.generation
     try:
         client = gen.client()
-        n_prompt = len(uq.tok(chat, add_special_tokens=False)["input_ids"])
+        n_prompt = count_tokens(uq.tok, chat)
         if n_prompt + max_new > gen.server.n_ctx:
             raise InputError(f"the prompt has {n_prompt:,} tokens; with {max_new} new tokens that exceeds the "
                              f"llama.cpp context of {gen.server.n_ctx:,}")
@@ -145,7 +145,7 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
             chat, n_prompt = uq._chat(prompt)
             scored_chat = chat
         else:
-            n_prompt = len(uq.tok(chat, add_special_tokens=False)["input_ids"])
+            n_prompt = count_tokens(uq.tok, chat)
     stop = uq.cfg.generate.stop if stop is None else stop
     uq._check_context(n_prompt, max_new, "generation")
     gen = generator or uq.generation.resolve()
@@ -159,7 +159,7 @@ def score_stream(uq, prompt: str, *, every: int = 8, at_clauses: bool = True, ge
         so its first tokens are streamed while the prompt is read, not after."""
         nonlocal cap
         if cap is None:
-            cap = StateCapture(uq.model, uq.tok(chat, add_special_tokens=False)["input_ids"], uq.layers, uq.out_dtype)
+            cap = StateCapture(uq.model, token_ids(uq.tok, chat), uq.layers, uq.out_dtype)
         return cap
 
     decoding = uq.lock if gen == "hf" else nullcontext()  # transformers decodes on the backbone itself

@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Iterator
 
+from ...llm.loading import count_tokens
 from ...llm.openai_client import EndpointError, EndpointUnreachable, OpenAIClient
 from .records import ChatRequest, OpenAIError
 
@@ -62,7 +63,7 @@ def greedy_only(req: ChatRequest) -> None:
 def _check_context(uq, chat: str, budget: int, limit: int | None) -> int:
     """The conversation's tokens; a 400 when it and the answer's budget pass the context (the backbone's,
     which the managed llama.cpp server is started with)."""
-    n_prompt = len(uq.tok(chat, add_special_tokens=False)["input_ids"])
+    n_prompt = count_tokens(uq.tok, chat)
     for ctx in (uq.max_context, limit):
         if ctx and n_prompt + budget > ctx:
             raise OpenAIError(400, f"the conversation has {n_prompt:,} tokens; with max_tokens={budget} that exceeds "

@@ -29,6 +29,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
+from ...llm.loading import count_tokens
 from ..errors import GenerationError, HTTPError, InputError
 from ..schema import ScoreRequest, ScoreResult
 from ..status import AnsweredBy, StatusCheck, assess
@@ -176,7 +177,7 @@ class ChatStreamJob(StreamJob):
             result = with_upstream_status(uq, last.result, answered)
             if not result.answer.startswith(self.sent):
                 raise OpenAIError(500, "the streamed content and the scored answer diverged", "internal_error")
-            n_prompt = len(uq.tok(self.conv.chat, add_special_tokens=False)["input_ids"])
+            n_prompt = count_tokens(uq.tok, self.conv.chat)
             use = meta.get("usage") or usage(n_prompt, last.n_generated)
             finish = "length" if result.truncated else "stop"
             self.emit(self._chunk(self._content(result.answer), finish_reason=finish,
@@ -323,7 +324,7 @@ def install(app: FastAPI, uq, worker, scfg, upstream: Upstream | None = None, pr
         timings = result.timings.model_copy(update={"total_s": round(time.perf_counter() - t0, 4)})
         result = result.model_copy(update={"timings": timings})
         ext = extension(result, probe, True)
-        n_prompt = n_prompt if n_prompt is not None else len(uq.tok(conv.chat, add_special_tokens=False)["input_ids"])
+        n_prompt = n_prompt if n_prompt is not None else count_tokens(uq.tok, conv.chat)
         out = completion(id=cid, model=model_id, content=result.answer, created=created,
                          finish_reason="length" if comp.finish_reason == "length" else comp.finish_reason or "stop",
                          usage=usage(n_prompt, n_completion if n_completion is not None else result.n_tokens), ext=ext)
