@@ -24,12 +24,12 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..data.grounded import TRAIN_PAIRS  # noqa: F401 - the training pairs (subjects the bench never shares)
 from ..label.plant import swap
 from ..pipeline.files import iter_jsonl
 from .planted import Twin
 
 PAIRS = Path(__file__).with_name("grounded") / "pairs.jsonl"
-TRAIN_PAIRS = Path(__file__).parents[1] / "label" / "grounded" / "pairs.jsonl"
 CASES = ("a", "b", "c", "d")
 CASE_NAMES = {"a": "wrong value elsewhere in the source", "b": "wrong value not in the source",
               "c": "source states it in other words", "d": "source silent"}

@@ -57,15 +57,13 @@ def takes_context() -> bool:
 
 def source_chat(uq, prompt: str, context: tuple[str, ...], reading: str) -> str:
     """The backbone's input the answer is read after: the product's rendering of the sources
-    (`spanuq.context.render`) for ``context``, the chat-templated pasted prompt for ``pasted``."""
+    (`spanuq.context.chat.question_chat`) for ``context``, the chat-templated pasted prompt for ``pasted``."""
     from ..llm.loading import chat_prompt
 
     if reading == "context":
-        from ..context.passages import Passage
-        from ..context.render import render
+        from ..context.chat import question_chat
 
-        pieces = [(i, Passage(str(i), t), 0, len(t)) for i, t in enumerate(context, 1)]
-        return render(uq.tok, [{"role": "user", "content": prompt}], pieces, uq.system_prompt).chat
+        return question_chat(uq.tok, prompt, context, uq.system_prompt).chat
     return chat_prompt(uq.tok, pasted(prompt, context), uq.system_prompt)
 
 

@@ -43,14 +43,10 @@ NAMES = {"spanuq": "SpanUQ û", "surprisal_sum": "surprisal (slot)", "surprisal_
          "tagger": "entity+number tagger", "u_seq": "û_seq"}
 
 
-def char_iou(a: tuple[int, int], b: tuple[int, int]) -> float:
-    inter = max(0, min(a[1], b[1]) - max(a[0], b[0]))
-    union = max(a[1], b[1]) - min(a[0], b[0])
-    return inter / union if union > 0 else 0.0
-
-
 def slot_score(result, slot: tuple[int, int]) -> tuple[float, float]:
     """(û of the shown span overlapping ``slot`` most — û_seq when none does, its IoU)."""
+    from ..model.span_ops import char_iou
+
     best, u = 0.0, float(result.u_seq)
     for s in result.spans:
         iou = char_iou((s.start, s.end), slot)
@@ -86,14 +82,14 @@ def slot_surprisal(uq, prompts: list[str], twins: list[Twin], batch_size: int = 
 def slot_nll(uq, contexts: list[str], twins: list[Twin], batch_size: int = 8) -> list[tuple[float, float]]:
     """(−Σ log p, its mean per token) of each twin's slot tokens, teacher-forced after ``contexts``
     (strings the backbone reads before the answer, as they are)."""
-    from ..llm.loading import token_offsets
+    from ..llm.loading import token_ids, token_offsets
     from ..llm.states import token_logprobs
 
     out = []
     for s in range(0, len(twins), batch_size):
         cs, ts = contexts[s: s + batch_size], twins[s: s + batch_size]
         enc = [token_offsets(uq.tok, t.text) for t in ts]
-        pids = [uq.tok(c, add_special_tokens=False)["input_ids"] for c in cs]
+        pids = [token_ids(uq.tok, c) for c in cs]
         lps = token_logprobs(uq.model, pids, [ids for ids, _ in enc], uq.tok.pad_token_id or 0)
         for t, (_, offs), lp in zip(ts, enc, lps):
             idx = [k for k, (a, b) in enumerate(offs) if b > t.slot[0] and a < t.slot[1]]

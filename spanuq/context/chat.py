@@ -8,15 +8,26 @@ sources when they fit its budget (a pipeline row's sources must: the backbone an
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from ..config import ScoreConfig
-from .passages import as_passages
-from .render import render
+from .passages import Passage, as_passages
+from .render import RenderedChat, render
+
+
+def question_chat(tokenizer, question: str, passages: Sequence[Passage | str],
+                  system_prompt: str | None = None) -> RenderedChat:
+    """The one user turn ``question`` after ``system_prompt`` with every passage whole, numbered in order
+    (`spanuq.context.render.render`; a string is passage ``str(its number)``): a pipeline row's input, and
+    the grounded bench's and the grounded training slots' (`spanuq.bench.grounded_run`, `spanuq.train.grounded_slots`)."""
+    passages = [p if isinstance(p, Passage) else Passage(str(i), p) for i, p in enumerate(passages, 1)]
+    pieces = [(i, p, 0, len(p.text)) for i, p in enumerate(passages, 1)]
+    return render(tokenizer, [{"role": "user", "content": question}], pieces, system_prompt)
 
 
 def context_chat(tokenizer, text: str, context: list, system_prompt: str | None = None) -> str:
     """The question ``text`` after ``system_prompt`` with every passage of ``context`` rendered into it
-    (`spanuq.context.render.render`); bad passages raise `ContextError` naming them."""
+    (`question_chat`); bad passages raise `ContextError` naming them."""
     limits = ScoreConfig()  # a pipeline row's sources: the scorer's default limits
-    passages = as_passages(context, limits.max_context_chars, limits.max_context_passages)
-    pieces = [(i, p, 0, len(p.text)) for i, p in enumerate(passages, 1)]
-    return render(tokenizer, [{"role": "user", "content": text}], pieces, system_prompt).chat
+    return question_chat(tokenizer, text, as_passages(context, limits.max_context_chars, limits.max_context_passages),
+                         system_prompt).chat

@@ -45,6 +45,14 @@ def _inter_union(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.
     return inter, union
 
 
+def char_iou(a: tuple[int, int], b: tuple[int, int]) -> float:
+    """IoU of two character ranges ``[start, end)`` of one text, as plain numbers (0 when either is empty
+    or they are disjoint): how much a shown span covers a labelled slot or another span."""
+    inter = max(0, min(a[1], b[1]) - max(a[0], b[0]))
+    union = max(a[1], b[1]) - min(a[0], b[0])
+    return inter / union if inter > 0 else 0.0
+
+
 def span_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Elementwise IoU of spans ``a`` and ``b`` (broadcast), shape ``broadcast(a, b)[..., 0]``."""
     inter, union = _inter_union(a, b)

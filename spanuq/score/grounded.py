@@ -88,21 +88,18 @@ def context_fields(passages: list[Passage], window: RenderedChat, k: int) -> dic
             "context_focused": sum(r.end - r.start for r in window.read) < sum(len(p.text) for p in passages)}
 
 
-def _iou(a: ScoredSpan, b: ScoredSpan) -> float:
-    inter = max(0, min(a.end, b.end) - max(a.start, b.start))
-    union = max(a.end, b.end) - min(a.start, b.start)
-    return inter / union if union else 0.0
-
-
 def combine(results: list[ScoreResult]) -> tuple[ScoreResult, list[int]]:
     """One result of an answer read after each window of its sources (module docstring), and for each of
     its spans the window that gave its û.  One window: that result unchanged."""
     if len(results) == 1:
         return results[0], [0] * len(results[0].spans)
+    from ..model.span_ops import char_iou
+
     claims: list[tuple[ScoredSpan, int]] = []
     for k, r in enumerate(results):
         for s in r.spans:
-            same = next((j for j, (c, _) in enumerate(claims) if _iou(c, s) >= SAME_CLAIM_IOU), None)
+            same = next((j for j, (c, _) in enumerate(claims)
+                         if char_iou((c.start, c.end), (s.start, s.end)) >= SAME_CLAIM_IOU), None)
             if same is None:
                 claims.append((s, k))
             elif s.u < claims[same][0].u:

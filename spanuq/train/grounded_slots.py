@@ -10,8 +10,8 @@ knows:
             the source does not support it)
 
 `slot_readings` reads every twin as the product reads an answer with sources: the backbone's
-input is the rendered chat (`spanuq.bench.grounded_run.source_chat`, the one rendering,
-`spanuq.context.render`), one teacher-forced pass gives the probe's states and each token's
+input is the rendered chat (`spanuq.context.chat.question_chat`, the one rendering, as the bench's
+`spanuq.bench.grounded_run.source_chat`), one teacher-forced pass gives the probe's states and each token's
 surprisal s_t and entropy e_t, and the product's own post-processing (`SpanUQ.score_many` with
 those states, each name, date and number a span of its own) gives the shown spans with raw û. A
 slot's reading is the span over it (the planted bench's rule, `slot_score`): its raw û, and
@@ -57,7 +57,7 @@ def slot_of(uq, result, twin, feature) -> tuple[float, tuple[float, float], tupl
     """The reading of ``twin``'s slot in its scored ``result``: (raw û, (S, H₀), its tokens [b, e], the IoU of the
     span covering it).  The span overlapping the slot most gives û and S, H₀; a slot no span covers reads the
     answer's û_seq, no surprisal, and the tokens its characters fall on."""
-    from ..bench.planted_run import char_iou
+    from ..model.span_ops import char_iou
     from ..llm.loading import token_offsets
 
     best, span = 0.0, None
@@ -78,17 +78,14 @@ def slot_readings(uq, pairs: list[GroundedPair], batch_size: int = 8, progress: 
     """Every twin's slot read with its sources (module docstring), correct then planted per pair;
     a twin the scorer could not read raises (training data is never silently thinner)."""
     from ..bench.planted_run import COVER_IOU
-    from ..context.passages import Passage
-    from ..context.render import render
+    from ..context.chat import question_chat
     from ..llm.loading import token_offsets
     from ..llm.lookback import extract_with_lookback, source_positions, span_lookback
     from ..label.units import load_spacy
     from ..score.names import read_names
 
     twins = [(p, name, t) for p in pairs for name, t in (("correct", p.correct), ("planted", p.planted))]
-    rendered = [render(uq.tok, [{"role": "user", "content": p.prompt}],
-                       [(i, Passage(str(i), c), 0, len(c)) for i, c in enumerate(p.context, 1)], uq.system_prompt)
-                for p, _, _ in twins]  # the one rendering (`spanuq.bench.grounded_run.source_chat`)
+    rendered = [question_chat(uq.tok, p.prompt, p.context, uq.system_prompt) for p, _, _ in twins]
     chats = [r.chat for r in rendered]
     sources = [source_positions(uq.tok, r.chat, r.read) for r in rendered]
     ids = [token_offsets(uq.tok, t.text)[0] for _, _, t in twins]

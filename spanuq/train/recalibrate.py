@@ -153,7 +153,8 @@ def recalibrate_grounded(cfg: Config, probe_dir: str | Path | None = None, pairs
     from dataclasses import asdict
 
     from .. import SpanUQ
-    from ..bench.grounded import TRAIN_PAIRS, read_pairs
+    from ..bench.grounded import read_pairs
+    from ..data.grounded import TRAIN_PAIRS
     from .grounded_slots import SlotReading, slot_readings
     from ..model.checkpoint import load_checkpoint
     from ..pipeline.cache import content_hash
