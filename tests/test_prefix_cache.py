@@ -54,7 +54,7 @@ def test_scoring_against_the_same_sources_again_gives_the_scores_of_one_pass(sco
     cached, fed = [], []
     for q, a in ANSWERS:
         cached.append(scorer.score(q, response=a, context=[EIFFEL]))
-        fed.append(scorer._prefix.fed - sum(fed))
+        fed.append(scorer.reading.prefix.fed - sum(fed))
     source_tokens = len(scorer.tok(EIFFEL, add_special_tokens=False)["input_ids"])
     assert fed[0] > source_tokens and max(fed[1:]) < source_tokens // 2  # the later answers: not the sources again
     for a, b in zip(one_pass, cached):
