@@ -206,6 +206,24 @@ def test_spanuq_score_reads_context_files_and_a_corpus(probe_dir, repo_root, tmp
     assert (tmp_path / "passages.jsonl.bm25_index").is_dir()  # the label stage's index format, kept
 
 
+def test_spanuq_score_builds_a_corpus_index_without_debug_lines_on_stderr(tmp_path, repo_root):
+    """bm25s logs at DEBUG on its own logger ("Building index from IDs objects"), which the CLI's root handler
+    printed on the first build of a --corpus index (issue 64): the index is built, and stderr holds no such line.
+    The probe named does not exist, so the command ends after the sources, before a backbone loads."""
+    import os
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "passages.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in [{"id": "eiffel", "text": EIFFEL}, LOUVRE]))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo_root), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-m", "spanuq.cli", "score", QUESTION, "--response", WRONG, "--corpus",
+                          str(corpus), "--model", str(tmp_path / "no-probe"), "-p", str(repo_root / "params.yaml")],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert (tmp_path / "passages.jsonl.bm25_index").is_dir() and "no-probe" in out.stderr, out.stderr
+    assert "bm25s" not in out.stderr and "DEBUG" not in out.stderr, out.stderr
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda p: p.write_text("id,text\n1,Paris\n"), "not valid JSON"),
     (lambda p: p.write_text('["a list", "not a passage"]\n'), "a passage is a JSON object"),

@@ -18,6 +18,9 @@ from ..pipeline.files import iter_jsonl, read_json, sha256_file, write_json
 from .passages import ContextError, Passage
 
 log = logging.getLogger(__name__)
+# bm25s sets its own logger to DEBUG when imported ("Building index from IDs objects" on every build), so an
+# application's root handler prints its debug lines: its warnings are all a user needs to see
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 MANIFEST = "spanuq_manifest.json"
 INDEX_VERSION = 1
