@@ -4,6 +4,7 @@ import json
 import pytest
 
 from spanuq.generate.stage import generate_all, prompt_seed, run_generate
+from spanuq.llm.llamacpp import SERVER_MODULE
 from spanuq.llm.openai_client import EndpointUnreachable
 from spanuq.pipeline.files import read_records, write_jsonl
 from spanuq.pipeline.records import Generation, Prompt
@@ -33,14 +34,13 @@ def test_llama_cpp_server_backend_generates_greedy_and_samples(llama_server, mak
         assert "<|im_start|>user" in g.chat_prompt and p.text in g.chat_prompt
         assert g.greedy.finish_reason in ("stop", "length")
         assert all(s.token_ids for s in g.samples if s.text)
-    # greedy decoding repeats on a fresh cache — up to a near-tie late in an answer: llama-cpp-python
-    # reuses the KV cache of the prefix a request shares with the one before, computed in another
-    # batch, so float sums differ slightly (one CI run in four flipped "…born in 189c, Poland" to
-    # "…born in 189c, she"); the start of every answer must repeat
+    # greedy decoding repeats on a fresh cache, whatever the server served in between: every request is
+    # decoded from an empty KV cache (`spanuq.llm.llamacpp_server`; reusing the prefix a request shared with
+    # the one before once flipped "…born in 189c, Poland" to "…born in 189c, she" in one CI run in four)
     again, stats2 = generate_all(make_cfg(*server, "generate.n_samples=1"), PROMPTS,  # the greedy answers' repeat
                                  cache_dir=cfg.paths.cache + "/fresh", progress=False)
     assert stats2["generated"] == 3
-    assert [g.greedy.text.split()[:3] for g in again] == [g.greedy.text.split()[:3] for g in gens]
+    assert [g.greedy.text for g in again] == [g.greedy.text for g in gens]
     # a re-run with the same params is served from the per-prompt cache
     _, stats3 = generate_all(cfg, PROMPTS, progress=False)
     assert stats3 == {**stats3, "generated": 0, "cached": 3}
@@ -214,7 +214,7 @@ def test_a_server_crash_mid_stage_names_the_crash_and_a_rerun_generates_nothing_
     def kill_the_server_after_two_prompts():
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
-            servers = [p for p in psutil.Process(proc.pid).children(recursive=True) if "llama_cpp.server" in _cmdline(p)]
+            servers = [p for p in psutil.Process(proc.pid).children(recursive=True) if SERVER_MODULE in _cmdline(p)]
             if servers and len(list(paths.stage_cache("generate").glob("**/*.json"))) >= 2:
                 os.kill(servers[0].pid, signal.SIGSEGV)
                 killed.append(servers[0].pid)

@@ -126,6 +126,28 @@ def test_stream_chunks_carry_span_updates_and_end_equal_to_score(backbone_servic
     same_scores(finals[0], direct)
 
 
+def test_a_greedy_answer_does_not_depend_on_what_the_server_served_before(backbone_service):
+    """The same greedy request gives one answer cold and warm, streamed and not, after itself and after another
+    prompt (issue 64: the llama.cpp server reused the KV cache of the prefix a request shared with the one before,
+    so a near tie flipped "2,417.5 metres" to "2,401.5 metres" between the first request and the next ones)."""
+    url, _ = backbone_service
+    other, prompt = "How tall is Mount Kosciuszko?", "How high is Mont Blanc?"
+
+    def answer(q: str, stream: bool) -> str:
+        kw = {"model": BACKBONE, "messages": [{"role": "user", "content": q}], "max_tokens": 24}
+        if not stream:
+            return client(url).chat.completions.create(**kw).choices[0].message.content
+        return "".join(ch.choices[0].delta.content or "" for ch in client(url).chat.completions.create(stream=True, **kw)
+                       if ch.choices)
+
+    answer(other, False)  # the server last served another prompt, which shares the system prompt's tokens
+    got = [answer(prompt, False), answer(prompt, False), answer(prompt, True), answer(prompt, False)]
+    answer(other, True)
+    got.append(answer(prompt, True))
+    assert len(set(got)) == 1, got
+    assert got[0].strip()
+
+
 def test_multi_turn_scores_the_new_answer_in_the_whole_conversation(backbone_service, scorer):
     from spanuq.score.openai.conversation import conversation
     from spanuq.score.openai.records import ChatRequest

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from worktree import copy_worktree
+from spanuq.llm.llamacpp import SERVER_MODULE
 
 BIN = Path(sys.executable).parent
 
@@ -33,7 +34,7 @@ def _llama_servers_in(repo: Path) -> list[int]:
     pids = []
     for proc in Path("/proc").iterdir():
         try:
-            if b"llama_cpp.server" in (proc / "cmdline").read_bytes() and (proc / "cwd").resolve() == repo.resolve():
+            if SERVER_MODULE.encode() in (proc / "cmdline").read_bytes() and (proc / "cwd").resolve() == repo.resolve():
                 pids.append(int(proc.name))
         except (OSError, ValueError):
             continue

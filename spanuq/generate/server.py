@@ -19,10 +19,10 @@ class ServerGenerator:
 
     def __init__(self, cfg: Config, server=None):
         """``server``: the `LlamaCppServer` (or a list of them) this process started for us, if
-        any: prompts are spread over them in turn (all run the same GGUF with the same threads and
-        requests carry their seeds: greedy answers do not depend on which one serves a prompt;
-        a sample can, where llama.cpp's prompt-cache reuse flips a near tie, as request order does
-        on one server), and a server's death is reported as a crash
+        any: prompts are spread over them in turn (all run the same GGUF with the same threads,
+        requests carry their seeds and each is decoded from an empty KV cache,
+        `spanuq.llm.llamacpp_server`: answers do not depend on which server serves a prompt, nor on
+        what it served before), and a server's death is reported as a crash
         (status or signal + log tail) instead of "cannot reach"."""
         g = cfg.generate
         self.cfg = g

@@ -1,8 +1,9 @@
 """Start and stop the real llama.cpp OpenAI-compatible server on the shipped GGUF.
 
 ``python -m llama_cpp.server`` from the PyPI package ``llama-cpp-python``
-(``pip install 'llama-cpp-python[server]'``).  Used by `spanuq llama-server`, the generate stage,
-the score API and the tests.
+(``pip install 'llama-cpp-python[server]'``), started through `spanuq.llm.llamacpp_server` so that every
+request is decoded from an empty KV cache: a greedy answer does not depend on what the server served
+before.  Used by `spanuq llama-server`, the generate stage, the score API and the tests.
 
 A server is trusted only once it has **proved itself**: ``/v1/models`` answering is not
 enough (a llama.cpp build for another CPU answers it and then dies on the first prompt of
@@ -31,6 +32,19 @@ PROOF_MESSAGES = [
     {"role": "system", "content": "You are a helpful assistant. Answer factually in one short sentence."},
     {"role": "user", "content": "Which river flows through the capital city of France, and which sea does it reach?"},
 ]
+
+
+# `python -m llama_cpp.server` with each request decoded from an empty KV cache (that module's docstring)
+SERVER_MODULE = "spanuq.llm.llamacpp_server"
+
+
+def _child_env() -> dict:
+    """This environment; run from a checkout, with the checkout first on the child's PYTHONPATH, so the server
+    imports this spanuq (a process that put it on ``sys.path`` itself, as the benchmarks do, included)."""
+    env, root = dict(os.environ), Path(__file__).resolve().parents[2]
+    if root.name not in ("site-packages", "dist-packages"):
+        env["PYTHONPATH"] = os.pathsep.join([str(root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
 
 
 class ServerCrashed(RuntimeError):
@@ -109,7 +123,7 @@ class LlamaCppServer:
             import llama_cpp  # noqa: F401
         except ImportError as e:
             raise RuntimeError("the llama.cpp server needs `pip install 'llama-cpp-python[server]'`") from e
-        cmd = [sys.executable, "-X", "faulthandler", "-m", "llama_cpp.server", "--model", self.model_path,
+        cmd = [sys.executable, "-X", "faulthandler", "-m", SERVER_MODULE, "--model", self.model_path,
                "--host", self.host, "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                "--n_threads", str(self.n_threads), "--model_alias", self.model_alias]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +131,7 @@ class LlamaCppServer:
             log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=_die_with_parent, env=_child_env())
         self._exited.clear()
         threading.Thread(target=self._reap, args=(self.proc,), name=f"reap-llama-{self.proc.pid}", daemon=True).start()
         try:
