@@ -164,3 +164,29 @@ def test_spans_over_the_red_line_are_red_and_the_page_says_what_each_number_is()
     own = fragment(_result("generated", flag=0.53))
     assert 'title="û = 0.30: chance the backbone would not say this again"' in own
     assert "ν: how sure the probe is of û itself" in html and "validity: how likely the probe&#x27;s query" in html
+
+
+def test_the_validity_line_agrees_with_the_spans_listed():
+    """The page lists a pasted answer's names, dates and numbers as spans of their own even where the query over
+    them is under the probe's validity cut (`spanuq.score.facts`): the trial's page listed spans at validity 0.00
+    and 0.03 under a legend saying such spans are not shown (issue 64).  The line names the cut and, when spans
+    under it are listed, says which they are; when none is, it says only that the cut leaves spans out."""
+    import html as html_lib
+    import re
+
+    from spanuq.score.views import fragment
+
+    def terms(r) -> str:
+        return html_lib.unescape(re.search(r'<p class="meta uq-terms">(.*?)</p>', fragment(r)).group(1))
+
+    r = _result()
+    r.validity_threshold = 0.2
+    r.spans[1].validity, r.spans[2].validity = 0.0, 0.03
+    listed = [float(v) for v in re.findall(r"validity (\d\.\d\d)\)", fragment(r))]
+    assert sorted(listed) == [0.0, 0.03, 0.9]  # the list shows them, with their validity
+    line = terms(r)
+    assert "are not shown" not in line or "on its own" in line, line
+    assert "0.20" in line and "name, date or number" in line
+    above = _result()
+    above.validity_threshold = 0.5
+    assert "under the probe's cut, 0.50, are not shown" in terms(above) and "name, date" not in terms(above)

@@ -219,6 +219,32 @@ def test_a_given_answer_is_scored_while_a_generation_waits_for_its_server(scorer
         assert busy.result(timeout=30) is True
 
 
+def test_the_page_has_an_icon(service):
+    """A browser asks for /favicon.ico: the trial's console showed a 404 (issue 64)."""
+    page = httpx.get(service).text
+    assert '<link rel="icon" href="/favicon.svg" type="image/svg+xml">' in page
+    for path in ("/favicon.svg", "/favicon.ico"):
+        r = httpx.get(f"{service}{path}")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg+xml"), (path, r.status_code)
+        assert r.text.lstrip().startswith("<svg") and "</svg>" in r.text
+
+
+@pytest.mark.browser
+def test_the_page_loads_in_a_browser_without_console_errors(service):
+    """Chromium loads the page and its icon: no failed request, no console error or warning (issue 64)."""
+    from browser import chromium
+
+    with chromium() as browser:
+        page = browser.new_page()
+        console, failed = [], []
+        page.on("console", lambda m: console.append(m.text) if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: console.append(str(e)))
+        page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+        page.goto(service, wait_until="load")
+        page.wait_for_timeout(2000)  # the icon is asked for after the load event
+    assert console == [] and failed == [], (console, failed)
+
+
 @pytest.mark.browser
 def test_the_web_page_shows_the_spans_and_scores_of_the_json_api(service, tmp_path):
     from browser import chromium

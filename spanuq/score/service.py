@@ -7,7 +7,7 @@
     POST /render         ScoreResult                         -> {"html": ...} (spanuq.score.views, for the page)
     GET  /v1/models, POST /v1/chat/completions                 -> OpenAI-compatible, with the `spanuq` extension
                                                                   (spanuq.score.openai, docs/openai.md)
-    GET  /health, GET / (the web page), GET /docs (OpenAPI)
+    GET  /health, GET / (the web page, its icon /favicon.svg, also at /favicon.ico), GET /docs (OpenAPI)
 
 One model instance, two lanes (`spanuq.score.worker`): given answers go to the answer lane,
 everything that generates (a prompt alone, streams, ``/v1``, ``/refine``) to the generation lane;
@@ -277,6 +277,12 @@ def _info_routes(app: FastAPI, uq: SpanUQ, worker: ScoringWorker, scfg: ScoreCon
     @app.get("/", response_class=HTMLResponse)
     def page():
         return (WEB / "index.html").read_text(encoding="utf-8")
+
+    @app.get("/favicon.svg", include_in_schema=False)
+    @app.get("/favicon.ico", include_in_schema=False)  # where a browser looks without the page's link
+    def icon():
+        return Response((WEB / "favicon.svg").read_bytes(), media_type="image/svg+xml",
+                        headers={"Cache-Control": "max-age=86400"})
 
 
 def serve(uq: SpanUQ, host: str = "127.0.0.1", port: int = 8000, upstream=None) -> None:

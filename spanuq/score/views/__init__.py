@@ -23,7 +23,7 @@ from __future__ import annotations
 from .colours import BRACKETS, GREY, Span, colour, position, shade, tracks
 from .legend import (HOW_TO_CHOOSE, LEGEND, MEANING, NU_LINE, TIP, TIP_UNCALIBRATED, UNCALIBRATED_GIVEN, VALIDITY_LINE,
                      WITH_SOURCES, against, conformal_line, judged_flag, legend, likely_wrong, probe_line, ranked,
-                     result_spans, sources_lines, tip_meaning)
+                     result_spans, sources_lines, tip_meaning, validity_line)
 from .page import colour_bar, fragment, html_page, sources_html, tip, to_html
 from .png import to_png, wrap
 from .terminal import ANSI, LiveTerminal, stream_line, terminal_view, to_terminal
@@ -32,4 +32,4 @@ __all__ = ["ANSI", "BRACKETS", "GREY", "HOW_TO_CHOOSE", "LEGEND", "MEANING", "NU
            "UNCALIBRATED_GIVEN", "VALIDITY_LINE", "WITH_SOURCES", "LiveTerminal", "Span", "against", "colour",
            "colour_bar", "conformal_line", "fragment", "html_page", "judged_flag", "legend", "likely_wrong", "position",
            "probe_line", "ranked", "result_spans", "shade", "sources_html", "sources_lines", "stream_line",
-           "terminal_view", "tip", "tip_meaning", "to_html", "to_png", "to_terminal", "tracks", "wrap"]
+           "terminal_view", "tip", "tip_meaning", "to_html", "to_png", "to_terminal", "tracks", "validity_line", "wrap"]

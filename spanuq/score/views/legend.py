@@ -17,7 +17,7 @@ TIP = {  # what a span's û is, in the few words of its tooltip, per answer sour
 }
 TIP_UNCALIBRATED = "read as if the backbone had written this answer (rank, do not read)"
 NU_LINE = "ν: how sure the probe is of û itself (the precision of its Beta; higher = û is firmer)"
-VALIDITY_LINE = "validity: how likely the probe's query found a real claim here (spans below the probe's cut are not shown)"
+VALIDITY_LINE = "validity: how likely the probe's query found a real claim here"  # and the cut: `validity_line`
 WITH_SOURCES = ("û with sources = chance the sources, as the backbone reads them, do not back this span "
                 "(red: contradicted or not supported by them)")
 HOW_TO_CHOOSE = "choose with --model shipped | DIR | models:/spanuq-<backbone>@champion"
@@ -36,6 +36,17 @@ def legend(result) -> str:
         return f"{meaning}; grey: SpanUQ could not judge this answer (why: below), so no span is marked likely wrong"
     return (f"{meaning}; red = likely wrong, from û ≥ {result.flag_threshold:.2f} "
             "(chosen on held-out answers so that most red spans are wrong)")
+
+
+def validity_line(result) -> str:
+    """What a span's validity is and which spans the probe's cut leaves out, as the listed spans bear out: a
+    name, date or number of a pasted answer is shown on its own with the validity of the query over it, which
+    may be under the cut (`spanuq.score.facts`), so a list with such spans says so instead of "not shown"."""
+    cut = result.validity_threshold
+    line = f"{VALIDITY_LINE} (spans under the probe's cut, {cut:.2f}, are not shown"
+    if any(s.validity < cut for s in result.spans):
+        return line + "; a name, date or number is shown on its own whatever its validity)"
+    return line + ")"
 
 
 def tip_meaning(result) -> str | None:

@@ -6,8 +6,8 @@ import html
 from typing import Sequence
 
 from .colours import GREY, Span, colour, covered_runs, shade, tracks
-from .legend import NU_LINE, VALIDITY_LINE, against, conformal_line, judged_flag, legend, likely_wrong, probe_line, \
-    ranked, result_spans, tip_meaning
+from .legend import NU_LINE, against, conformal_line, judged_flag, legend, likely_wrong, probe_line, \
+    ranked, result_spans, tip_meaning, validity_line
 
 
 def tip(u: float, meaning: str | None, flag: float | None) -> str:
@@ -93,7 +93,7 @@ def fragment(result) -> str:
         warnings += f'<p class="meta uq-conformal">{html.escape(conformal_line(result.conformal))}</p>'
     probe = f'<p class="meta uq-probe">{html.escape(probe_line(result.probe))}</p>' if result.probe else ""
     key = (f'<p class="meta uq-key">{colour_bar(flag)}</p><p class="meta uq-legend">{html.escape(legend(result))}</p>'
-           f'<p class="meta uq-terms">{html.escape(NU_LINE)}<br>{html.escape(VALIDITY_LINE)}</p>')
+           f'<p class="meta uq-terms">{html.escape(NU_LINE)}<br>{html.escape(validity_line(result))}</p>')
     answer = (f'{to_html(result.answer, result_spans(result), flag=flag, meaning=tip_meaning(result))}'
               f'<p class="meta">{meta}</p>{key}<ol class="uq-list">{items}</ol>')
     if result.context is not None:  # the sources beside the answer
