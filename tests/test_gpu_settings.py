@@ -69,3 +69,28 @@ def test_vllm_context_comes_from_the_prompt_and_answer_budgets(make_cfg):
     assert max_model_len(make_cfg("generate.vllm.max_model_len=4096")) == 4096
     with pytest.raises(ValueError, match="max_model_len"):
         make_cfg("generate.vllm.max_model_len=8")
+
+
+PAPER_PROBES = {"qwen3-14b": (32, 27.04), "qwen3-8b": (32, 26.51), "qwen3-4b": (32, 17.18),
+                "qwen3-30b-a3b": (32, 25.46), "mistral-7b": (16, 26.50)}  # App. Tab. A7: n_q, probe parameters (M)
+
+
+def test_docs_probe_sizes_are_the_gpu_paper_probe_counted_at_the_papers_settings():
+    """docs/gpu.md's probe-size table: the gpu-paper probe built (the probe alone, no backbone) for each
+    backbone's d_model with the paper's number of queries, against App. Tab. A7.  For Qwen3-14B
+    (d = 5120) it is 23.14M against the paper's 27.04M."""
+    from spanuq.config import load_config
+    from spanuq.llm.presets import get_preset
+    from spanuq.model.probe import SpanUQProbe
+
+    probe = load_config(REPO / "params.yaml", preset="gpu-paper").probe
+    doc = (REPO / "docs" / "gpu.md").read_text()
+    table = re.search(r"<!-- probe-sizes:start -->\n(.*)<!-- probe-sizes:end -->", doc, re.S).group(1)
+    rows = {cells[0]: cells[1:] for line in table.splitlines()[2:]
+            if (cells := [c.strip() for c in line.strip().strip("|").split("|")])}
+    assert set(rows) == set(PAPER_PROBES)
+    for name, (n_queries, paper) in PAPER_PROBES.items():
+        d = get_preset(name).d_model
+        ours = sum(t.numel() for t in SpanUQProbe(probe.model_copy(update={"n_queries": n_queries}), d).parameters()) / 1e6
+        assert rows[name] == [str(d), str(n_queries), f"{paper:.2f}M", f"{ours:.2f}M", f"{paper - ours:+.2f}M"], name
+    assert rows["qwen3-14b"][3] == "23.14M"
