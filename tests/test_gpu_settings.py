@@ -1,6 +1,5 @@
-"""What a GPU user installs and configures: the `gpu` extra's bounds, the transformers keywords the code
-passes, the `gpu-paper` preset against the paper, and docs/gpu.md's memory tables (computed from the
-models' configs)."""
+"""What a GPU user configures: the `gpu-paper` preset against the paper, and docs/gpu.md's memory tables
+(computed from the models' configs).  What a GPU user installs: tests/test_gpu_install.py."""
 from __future__ import annotations
 
 import re
@@ -9,72 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
-from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[1]
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
-
-def _project() -> dict:
-    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-
-
-def _lower_bound(reqs: list[str], name: str) -> Version:
-    req = next(Requirement(r) for r in reqs if Requirement(r).name == name)
-    return min(Version(s.version) for s in req.specifier if s.operator in (">=", "=="))
-
-
-def test_the_gpu_extra_installs_vllm_for_qwen3_and_what_the_pipeline_and_sweep_need():
-    from spanuq.sweep.worker import requirements
-
-    project = _project()
-    assert _lower_bound(project["optional-dependencies"]["gpu"], "vllm") >= Version("0.8.5")  # Qwen3 support
-    names = {Requirement(r).name for r in requirements(REPO, ("gpu",))}
-    assert {"vllm", "prefect", "optuna", "dvc", "mlflow", "torch", "transformers"} <= names
-    assert "spanuq" not in names  # the extras the gpu extra names are expanded, not installed from an index
-
-
-def test_a_gpu_worker_installs_the_gpu_extra(monkeypatch):
-    from spanuq.sweep.worker import requirements
-
-    monkeypatch.setenv("SPANUQ_WORKER_EXTRAS", "gpu")
-    assert any(Requirement(r).name == "vllm" for r in requirements(REPO))
-    monkeypatch.delenv("SPANUQ_WORKER_EXTRAS")
-    assert not any(Requirement(r).name == "vllm" for r in requirements(REPO))
-
-
-def test_transformers_has_every_keyword_the_code_passes(tmp_path):
-    """The core bound admits Qwen3 (4.51) and the ``dtype=`` keyword (4.56), and the installed transformers
-    honours each keyword the loader and the generators pass (most go through ``**kwargs``, so each is
-    checked by its effect, not only by name)."""
-    import inspect
-
-    import torch
-    import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, GenerationMixin
-
-    bound = _lower_bound(_project()["dependencies"], "transformers")
-    assert bound >= Version("4.56") and Version(transformers.__version__) >= bound
-    config = AutoConfig.for_model("qwen3", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                  num_attention_heads=2, num_key_value_heads=1, head_dim=8, vocab_size=64)
-    AutoModelForCausalLM.from_config(config).save_pretrained(str(tmp_path))
-    model = AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.bfloat16)  # load_backbone
-    assert model.dtype == torch.bfloat16
-    from transformers import PreTrainedModel
-
-    # backbone.device_map: read from **kwargs (placement shows only with GPUs: checked by name in the source)
-    assert '"device_map"' in inspect.getsource(PreTrainedModel.from_pretrained)
-    AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32, device_map="auto")
-    generate = inspect.signature(GenerationMixin.generate).parameters
-    assert "logits_processor" in generate  # HFGenerator's row-seeded sampler
-    assert {"stop_strings", "max_new_tokens", "pad_token_id", "eos_token_id", "do_sample"} <= set(
-        GenerationConfig().to_dict())  # HFGenerator, generate_with_states
-
 
 def test_gpu_paper_is_the_papers_generation_and_probe():
     from spanuq.config import load_config
@@ -134,3 +69,28 @@ def test_vllm_context_comes_from_the_prompt_and_answer_budgets(make_cfg):
     assert max_model_len(make_cfg("generate.vllm.max_model_len=4096")) == 4096
     with pytest.raises(ValueError, match="max_model_len"):
         make_cfg("generate.vllm.max_model_len=8")
+
+
+PAPER_PROBES = {"qwen3-14b": (32, 27.04), "qwen3-8b": (32, 26.51), "qwen3-4b": (32, 17.18),
+                "qwen3-30b-a3b": (32, 25.46), "mistral-7b": (16, 26.50)}  # App. Tab. A7: n_q, probe parameters (M)
+
+
+def test_docs_probe_sizes_are_the_gpu_paper_probe_counted_at_the_papers_settings():
+    """docs/gpu.md's probe-size table: the gpu-paper probe built (the probe alone, no backbone) for each
+    backbone's d_model with the paper's number of queries, against App. Tab. A7.  For Qwen3-14B
+    (d = 5120) it is 23.14M against the paper's 27.04M."""
+    from spanuq.config import load_config
+    from spanuq.llm.presets import get_preset
+    from spanuq.model.probe import SpanUQProbe
+
+    probe = load_config(REPO / "params.yaml", preset="gpu-paper").probe
+    doc = (REPO / "docs" / "gpu.md").read_text()
+    table = re.search(r"<!-- probe-sizes:start -->\n(.*)<!-- probe-sizes:end -->", doc, re.S).group(1)
+    rows = {cells[0]: cells[1:] for line in table.splitlines()[2:]
+            if (cells := [c.strip() for c in line.strip().strip("|").split("|")])}
+    assert set(rows) == set(PAPER_PROBES)
+    for name, (n_queries, paper) in PAPER_PROBES.items():
+        d = get_preset(name).d_model
+        ours = sum(t.numel() for t in SpanUQProbe(probe.model_copy(update={"n_queries": n_queries}), d).parameters()) / 1e6
+        assert rows[name] == [str(d), str(n_queries), f"{paper:.2f}M", f"{ours:.2f}M", f"{paper - ours:+.2f}M"], name
+    assert rows["qwen3-14b"][3] == "23.14M"

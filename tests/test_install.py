@@ -15,7 +15,7 @@ from servers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from wheelhouse import LIGHT, build_wheel, closure, missing  # noqa: E402
+from wheelhouse import LIGHT, SCORING_EXTRAS, build_wheel, closure, missing  # noqa: E402
 
 # what only the pipeline, its orchestration or the tests need
 PIPELINE_ONLY = ["dvc", "mlflow", "prefect", "optuna", "optuna_dashboard", "datasets", "lm_polygraph", "spacy",
@@ -67,7 +67,8 @@ def _llama_wheels() -> Path | None:
 
 
 def test_a_fresh_venv_with_the_scoring_install_scores_from_an_empty_folder(tmp_path):
-    """Build the wheel, install it with only its own requirements into a fresh venv, offline (the wheels
+    """Build the wheel, install it with the requirements of its scoring install (its core and the `llamacpp`
+    extra) into a fresh venv, offline (the wheels
     `make setup` gathered: scripts/wheelhouse.py, and its llama.cpp build), then score from an empty
     folder with the CLI and with `spanuq serve`, and find none of the pipeline's packages installed."""
     llama = _llama_wheels()
@@ -79,7 +80,7 @@ def test_a_fresh_venv_with_the_scoring_install_scores_from_an_empty_folder(tmp_p
     py = venv / "bin" / "python"
     t0 = time.monotonic()
     pip = subprocess.run([str(py), "-m", "pip", "--disable-pip-version-check", "install", "-q", "--no-index",
-                          "--find-links", str(LIGHT), "--find-links", str(llama), str(wheel)],
+                          "--find-links", str(LIGHT), "--find-links", str(llama), f"{wheel}[{','.join(SCORING_EXTRAS)}]"],
                          capture_output=True, text=True, timeout=900)
     assert pip.returncode == 0, pip.stderr[-3000:]
     print(f"scoring install: {time.monotonic() - t0:.0f} s")
@@ -127,7 +128,8 @@ import bench_install  # noqa: E402
 def test_the_readme_scoring_command_takes_a_cpu_only_torch():
     """The README's CPU scoring command (the one `make bench-install` types) installs torch from
     requirements/torch-cpu.txt first: on Linux, a `+cpu` build only PyTorch's CPU index serves, so
-    PyPI's CUDA build (nvidia-* packages, triton) can never satisfy it; `pip install .` then keeps it."""
+    PyPI's CUDA build (nvidia-* packages, triton) can never satisfy it; `pip install .` then keeps it.
+    The same file brings the offline default backbone and llama.cpp (the `llamacpp` extra, not in `.`)."""
     from packaging.requirements import Requirement
 
     command = bench_install.readme_command()
@@ -137,8 +139,11 @@ def test_the_readme_scoring_command_takes_a_cpu_only_torch():
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
     reqs = [Requirement(x) for x in lines if x and not x.startswith("-")]
     linux = [r for r in reqs if r.marker is None or r.marker.evaluate({"sys_platform": "linux"})]
-    assert [(r.name, str(r.specifier)) for r in linux] == [("torch", "==2.13.0+cpu")]
-    core = [Requirement(x) for x in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    backbone = [Requirement(x) for x in project["optional-dependencies"]["llamacpp"]]
+    assert [(r.name, str(r.specifier)) for r in linux] == [("torch", "==2.13.0+cpu"),
+                                                           *((r.name, str(r.specifier)) for r in backbone)]
+    core = [Requirement(x) for x in project["dependencies"]]
     assert all(r.specifier.contains("2.13.0+cpu") for r in core if r.name == "torch")  # within spanuq's range
 
 

@@ -77,7 +77,9 @@ class LlamaCppGenerator:
             import llama_cpp as L
             from llama_cpp._logger import set_verbose
         except ImportError as e:
-            raise RuntimeError("generate.backend=llamacpp needs `pip install 'llama-cpp-python[server]'` (llama-cpp-python)") from e
+            raise RuntimeError("generate.backend=llamacpp needs llama-cpp-python, which `pip install .` and the gpu "
+                               "extra leave out: pip install 'spanuq[llamacpp]' (a CPU install), or "
+                               "generate.backend=hf|vllm|auto") from e
         g = cfg.generate
         self.cfg = g
         if model_path is None:

@@ -326,9 +326,9 @@ def summarize(gens: list[Generation]) -> dict:
 def run_generate(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: read prompts, generate, write generations + report (what the answers
     are) + run log (how this run went: cached or generated, seconds, backend)."""
-    from ..llm.judge_endpoint import check_judge
+    from ..llm.judge_endpoint import preflight
 
-    check_judge(cfg)  # label.method=judge: the judge must answer before hours of decoding, not after
+    preflight(cfg)  # the judge, corpus and NLI model the label stage needs: checked before hours of decoding
     paths = StagePaths.from_config(cfg)
     prompts = read_records(paths.prompts, Prompt)
     if not prompts:

@@ -69,13 +69,23 @@ class VLLMGenerator:
         return [[self._completion(o) for o in r.outputs] for r in res]
 
     def close(self) -> None:
-        """Shut the engine down and hand its memory back (vLLM's documented way: drop the engine, tear down
-        its model-parallel groups and distributed environment where the version has them, collect, empty
-        the CUDA cache)."""
-        if getattr(self, "llm", None) is None:
+        """Shut the engine down and hand its memory back, as vLLM's V1 engine is shut down.
+
+        In V1 the weights and the KV cache live in the EngineCore, a process ``LLM`` starts; the card's
+        memory comes back when that process ends.  ``llm.llm_engine.engine_core.shutdown()`` ends it now
+        (V1's ``SyncMPClient``), not when the engine is garbage collected, which any reference held
+        elsewhere (a traceback's frame, a caller that kept ``self.llm``) puts off.  Then vLLM's teardown
+        of this process: ``vllm.distributed.cleanup_dist_env_and_memory`` (its model-parallel groups, the
+        distributed environment, garbage, the CUDA cache), or on releases without it
+        ``destroy_model_parallel`` + ``destroy_distributed_environment``; then torch's process group and
+        this process's CUDA cache."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is None:
             return
-        del self.llm
-        self.llm = None
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)  # V1; V0 engines have none
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        del llm
         try:
             from vllm import distributed
         except ImportError:  # pragma: no cover - a vLLM without the module

@@ -122,7 +122,8 @@ class LlamaCppServer:
         try:
             import llama_cpp  # noqa: F401
         except ImportError as e:
-            raise RuntimeError("the llama.cpp server needs `pip install 'llama-cpp-python[server]'`") from e
+            raise RuntimeError("the llama.cpp server needs llama-cpp-python, which `pip install .` and the gpu extra "
+                               "leave out: pip install 'spanuq[llamacpp]' (a CPU install)") from e
         cmd = [sys.executable, "-X", "faulthandler", "-m", SERVER_MODULE, "--model", self.model_path,
                "--host", self.host, "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                "--n_threads", str(self.n_threads), "--model_alias", self.model_alias]

