@@ -25,7 +25,7 @@ from prefect.context import TaskRunContext
 
 from spanuq.config import Config, load_config
 from spanuq.pipeline.files import sha256_tree
-from spanuq.llm.judge_endpoint import check_judge
+from spanuq.llm.judge_endpoint import preflight
 from spanuq.pipeline.child import run_in_child
 from spanuq.stages import STAGES
 
@@ -99,7 +99,7 @@ def pipeline(backbone: str = "smollm2-135m", params: str = "params.yaml", preset
     logger = get_run_logger()
     ov = [*(overrides or []), f"backbone.name={backbone}"]
     if not stages or {"generate", "label"} & set(stages):
-        check_judge(_config(params, ov, preset))  # label.method=judge: fail now, not after generation
+        preflight(_config(params, ov, preset))  # the judge, its corpus, the NLI model: fail now, not after generation
     out, upstream = {}, None
     for name in STAGES:
         if stages and name not in stages:

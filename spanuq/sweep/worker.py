@@ -28,7 +28,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 CODE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this module was imported from
-WORKER_EXTRAS = ("orchestration",)  # flows, the sweep, the study's PostgreSQL client
+WORKER_EXTRAS = ("orchestration", "llamacpp")  # flows, the sweep, the study's PostgreSQL client; the CPU backbone
 
 
 def worker_extras() -> tuple[str, ...]:
