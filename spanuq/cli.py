@@ -68,6 +68,12 @@ def _pipeline_commands(sub) -> None:
     sp = _command(sub, "registry", "the MLflow model registry: `spanuq registry import-shipped`")
     sp.add_argument("action", choices=["import-shipped"],
                     help="import-shipped: register the probe shipped with spanuq as a version of spanuq-<backbone>")
+    sp = _command(sub, "import-real", "fetch the public sets with real sources (spanuq/data/real/catalog.yaml) "
+                                      "into real/<set>.jsonl.gz, each file checked against its pinned SHA-256")
+    sp.add_argument("sets", nargs="*", help="sets to import (default: every set of the catalog)")
+    sp.add_argument("--from", dest="source", default=None, metavar="DIR",
+                    help="a local checkout or git directory of the set's repository (one set); default: GitHub")
+    sp.add_argument("--out", default=None, metavar="DIR", help="where to write (default: the repository's real/)")
     from .bench.cli import add_bench_args
 
     add_bench_args(sub.add_parser("bench", help="benchmarks on human labels: `spanuq bench mushroom`"),
@@ -150,6 +156,21 @@ def _ablate(args, cfg) -> int:
     return 0
 
 
+def _import_real(args, cfg) -> int:
+    from pathlib import Path
+
+    from .data.real import REAL_DIR, RealDataError, import_sets
+
+    try:
+        out = import_sets(args.sets or None, Path(args.out) if args.out else REAL_DIR,
+                          Path(args.source) if args.source else None)
+    except RealDataError as e:
+        raise RuntimeError(str(e)) from None
+    for path in out:
+        print(f"import-real: wrote {path} ({path.with_name(path.name.replace('.jsonl.gz', '.provenance.json')).name})")
+    return 0
+
+
 def _registry(args, cfg) -> int:
     from .score.shipped import import_shipped
 
@@ -218,7 +239,7 @@ def _llama_server(args, cfg) -> int:
 HANDLERS = {**{name: _stage for name in STAGES}, "config": _config, "probe-layers": _probe_layers,
             "ablate": _ablate, "registry": _registry, "bench": _bench, "score": _score, "refine": _refine,
             "serve": _serve, "llama-server": _llama_server, "calibrate": _calibrate, "monitor": _monitor,
-            "recalibrate": _recalibrate}
+            "recalibrate": _recalibrate, "import-real": _import_real}
 
 
 def main(argv: list[str] | None = None) -> int:

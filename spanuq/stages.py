@@ -16,6 +16,8 @@ STAGES: dict[str, str] = {
     "label": "spanuq.label.stage:run_label",
     "extract": "spanuq.features.stage:run_extract",
     "train": "spanuq.train.stage:run_train",
+    "real-answers": "spanuq.label.real_answers:run_real_answers",
+    "train-reader": "spanuq.train.reader:run_train_reader",
     "evaluate": "spanuq.evaluate.stage:run_evaluate",
     "baselines": "spanuq.baselines.stage:run_baselines",
     "report": "spanuq.report.stage:run_report",

@@ -100,3 +100,20 @@ def pytest_collection_modifyitems(config, items):
     process that holds a backbone, and the session's `scorer` keeps one from its first use on."""
     first = [i for i in items if i.get_closest_marker("no_backbone_held")]
     items[:] = first + [i for i in items if not i.get_closest_marker("no_backbone_held")]
+
+
+# the with-sources reader trained by its stage on a few real items of each set (tests/test_train_reader.py)
+TINY = ["reader.sets.wice.train=3", "reader.sets.wice.dev=2", "reader.sets.swaps.train=6", "reader.sets.swaps.dev=12",
+        "reader.sets.summedits.train=4", "reader.sets.summedits.dev=3", "reader.epochs=5"]
+
+
+@pytest.fixture(scope="session")
+def tiny_reader(tmp_path_factory, repo_root):
+    """A reader trained by the stage on a few real items of each set (its numbers mean little)."""
+    from spanuq.config import load_config
+    from spanuq.train.reader import run_train_reader
+
+    root = tmp_path_factory.mktemp("reader")
+    cfg = load_config(repo_root / "params.yaml", TINY + [f"paths.data={root / 'data'}", f"paths.cache={root / 'cache'}"])
+    report = run_train_reader(cfg, progress=False)
+    return root / "data" / cfg.backbone.name / "reader", report

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS = {
     "infrastructure": ["spanuq.config", "spanuq.pipeline"],
     "backbone plumbing": ["spanuq.llm", "spanuq.context"],
-    "the probe": ["spanuq.model", "spanuq.metrics"],
+    "the probe": ["spanuq.model", "spanuq.metrics", "spanuq.reader"],
     "the stages that make the training data": ["spanuq.data", "spanuq.generate", "spanuq.label", "spanuq.features"],
     "the product": ["spanuq.score"],
     "the stages that read a trained probe": ["spanuq.evaluate", "spanuq.train", "spanuq.baselines", "spanuq.report",

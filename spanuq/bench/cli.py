@@ -5,6 +5,7 @@
     spanuq bench mushroom-prompts --data mushroom.en-train_nolabel.v1.jsonl --out train.jsonl --fold 0/2
     spanuq bench planted --probe shipped                          # a planted wrong fact vs the right one
     spanuq bench grounded --probe shipped                         # a fact the sources contradict vs the one they state
+    spanuq bench real --probe shipped                             # real passages with people's marks (WiCE, XQuAD)
 """
 from __future__ import annotations
 
@@ -64,6 +65,18 @@ def add_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
     gr.add_argument("--name", default="grounded", help="output stem: data/<backbone>/bench/<name>.{json,md}")
     gr.add_argument("--limit", type=int, default=None, help="only the pairs of the first N subjects (a quick look)")
 
+    rl = sub.add_parser("real", help="real passages with people's marks, through the product: WiCE test claims (word "
+                        "AUROC, IoU, Cor), same-passage swaps from XQuAD's test articles (pair accuracy, right facts at "
+                        "the red line), the backbone's own answers with their paragraph (AUROC, ECE); beside the words "
+                        "absent from the sources, the surprisal given them, a tagger, the whole answer")
+    add_pair_bench_args(rl, add_config_args)
+    rl.add_argument("--parts", default="marked,swaps,own", help="comma-separated: marked, swaps, own")
+    rl.add_argument("--data", default=None, metavar="FILE",
+                    help="your own marked items for the marked part, one JSON object a line: {id, article, question, "
+                         "sources: [{id, text, title?}], answer, marks: [[start, end], ...]}; default: WiCE test")
+    rl.add_argument("--name", default="real", help="output stem: data/<backbone>/bench/<name>.{json,md}")
+    rl.add_argument("--limit", type=int, default=None, help="only the first N claims and questions (a quick look)")
+
 
 def add_pair_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
     """What every pair bench takes: the config, the probe, the bootstrap."""
@@ -75,6 +88,15 @@ def add_pair_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
 
 
 def run_bench(args, cfg) -> int:
+    if args.bench == "real":
+        from .real_run import markdown, run_real
+
+        out = run_real(cfg, probe=args.probe, parts=tuple(p for p in args.parts.split(",") if p), data=args.data,
+                       name=args.name, bootstrap=args.bootstrap, seed=args.seed, progress=not args.no_progress,
+                       limit=args.limit)
+        print(markdown(json.loads(out.read_text())), end="")
+        print(f"bench real: wrote {out} and {out.with_suffix('.md')}")
+        return 0
     if args.bench == "grounded":
         from .grounded_run import markdown, run_grounded
 

@@ -79,6 +79,16 @@ class StagePaths:
         return self.root / "metrics.json"
 
     @property
+    def real_answers(self) -> Path:
+        """The backbone's own answers to real questions with their sources (`spanuq.train.real_answers`)."""
+        return self.root / "real_answers.jsonl"
+
+    @property
+    def reader(self) -> Path:
+        """The with-sources reader (`spanuq.train.reader`): beside the probe, loaded with it."""
+        return self.root / "reader"
+
+    @property
     def eval_plots(self) -> Path:
         return self.root / "plots" / "eval"
 

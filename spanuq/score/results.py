@@ -88,7 +88,7 @@ def assemble(uq, item: Pending, pred: Prediction | None, failed: list[tuple[int,
     shown_by = uq.calibration.for_source(item.source, item.passages is not None)  # its spans' cut, red line
     spans = [] if pred is None else [
         ScoredSpan(start=s.start, end=s.end, text=answer[s.start:s.end], b=s.b, e=s.e, u=s.u, u_raw=s.u_raw,
-                   validity=s.validity, nu=s.nu) for s in pred.shown()]
+                   validity=s.validity, nu=None if s.nu != s.nu else s.nu) for s in pred.shown()]  # NaN: no ν
     u_seq = None if pred is None else float(pred.u_seq)
     n_windows = len(plan_windows(len(item.ids), uq.window)) if item.ids else 0
     unreadable = int((~readable(item.states.h, item.states.entropy)).sum()) if item.states is not None else 0

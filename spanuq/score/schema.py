@@ -35,7 +35,9 @@ class ScoredSpan(_Strict):
     u: float = Field(ge=0, le=1, description="calibrated û: probability that the span is wrong")
     u_raw: float = Field(ge=0, le=1, description="û before calibration")
     validity: float = Field(ge=0, le=1, description="probability that the query found a real span")
-    nu: float = Field(gt=0, description="ν, the Mixture-of-Beta precision (higher = more certain of û)")
+    nu: float | None = Field(default=None, gt=0, description="ν, the Mixture-of-Beta precision (higher = more certain "
+                             "of û); null for a span read against sources by the with-sources reader, which gives "
+                             "no precision")
     support: Literal["stated", "contradicted", "unsupported"] | None = Field(
         default=None, description="scored with sources, a span at or above the likely-wrong threshold: `stated` "
         "when the passage it was read against says the same in its sentence most like the span's (the probe "

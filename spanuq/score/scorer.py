@@ -48,6 +48,7 @@ from ..config import Config, load_config
 from ..llm.loading import count_tokens, token_offsets
 from ..llm.states import FeatureItem, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
+from ..reader.read import Reader
 from . import grounded
 from .errors import GenerationError, InputError, check_input
 from .generation import Generation
@@ -57,6 +58,7 @@ from .schema import ScoreRequest, ScoreResult, StreamUpdate
 from .settings import ScoringSettings, resolve as resolve_settings
 from .shipped import describe
 from .source import choose_probe, resolve_checkpoint
+from .sourced import read_with_sources, reader_folder
 from .stream import score_stream
 from .views import probe_line
 
@@ -83,10 +85,15 @@ class SpanUQ:
         self.system_prompt = cfg.backbone.system_prompt if settings else ckpt.extra.get(
             "system_prompt", cfg.backbone.system_prompt)
         self.extra = dict(ckpt.extra)  # the checkpoint's facts (backbone, layers, dev metrics, ...)
-        self.fitted = ckpt.calibration  # as fitted on dev, before any threshold given below
+        # answers with sources are read by the reader beside the probe when there is one (`spanuq.score.sourced`):
+        # its calibrations, fitted on real dev items, are the with-sources ones
+        folder = reader_folder(checkpoint)
+        self.reader = None if folder is None else Reader.load(folder)
+        fitted = ckpt.calibration if self.reader is None else replace(ckpt.calibration,
+                                                                        grounded=self.reader.calibration or None)
+        self.fitted = fitted  # as fitted on dev, before any threshold given below
         # fitted on dev and carried by the checkpoint; a threshold given here or in score.validity_threshold wins
-        self.calibration = ckpt.calibration.with_threshold(
-            threshold if threshold is not None else cfg.score.validity_threshold)
+        self.calibration = fitted.with_threshold(threshold if threshold is not None else cfg.score.validity_threshold)
         self.threshold = self.calibration.validity_threshold
         self.out_dtype = getattr(torch, cfg.extract.dtype)  # the precision the probe was trained on
         # the one context: the backbone's, which the managed llama.cpp server is started with too
@@ -238,6 +245,12 @@ class SpanUQ:
                 results[i] = e
                 bar.update(1)
         ready = [i for i, r in enumerate(results) if r is None]
+        if self.reader is not None:  # answers with sources: read by the reader (`spanuq.score.sourced`)
+            for i in [i for i in ready if pending[i].passages is not None]:
+                with self.lock:
+                    results[i] = read_with_sources(self, pending[i])
+                bar.update(1)
+            ready = [i for i in ready if results[i] is None]
         units = [(i, w) for i in ready for w in self._window_items(pending[i])]  # one per window of sources
         with self.lock:
             self.reading.read([w for _, w in units if w.states is None])  # 2. teacher-forced passes
@@ -269,7 +282,10 @@ class SpanUQ:
                 item.passages = grounded.checked_passages(r.context, self.cfg.score)
                 if r.response is not None and r.response.strip():
                     item.ids, item.offsets = token_offsets(self.tok, r.response)
-                self._windows(item, len(item.ids) + 1 if r.response is not None else self.cfg.score.max_new_tokens)
+                if r.response is None or self.reader is None:  # the backbone answers after, or reads, the sources
+                    self._windows(item, len(item.ids) + 1 if r.response is not None else self.cfg.score.max_new_tokens)
+                else:  # the reader reads every passage (`spanuq.score.sourced`); the backbone reads none of them
+                    item.chat, item.n_prompt = self._chat(r.prompt)
             elif isinstance(item.chat_given, str):
                 item.chat, item.n_prompt = item.chat_given, count_tokens(self.tok, item.chat_given)
             elif item.chat_given is not None:

@@ -76,7 +76,7 @@ def fragment(result) -> str:
         f'{html.escape(s.text)}{" <em>likely wrong</em>" if likely_wrong(s.u, flag) else ""} '
         + (f'<span class="uq-against{" wrong" if likely_wrong(s.u, flag) else ""}" data-passage='
            f'"{html.escape(s.passage)}">{html.escape(against(s, flag))}</span> ' if s.passage is not None else "")
-        + f'<small>(ν {s.nu:.1f}, validity {s.validity:.2f})</small></li>'
+        + (f'<small>(ν {s.nu:.1f}, validity {s.validity:.2f})</small></li>' if s.nu is not None else '</li>')
         for s in ranked(result))
     t = result.timings
     useq = ("no answer score" if result.u_seq is None

@@ -97,7 +97,7 @@ def terminal_view(result, colour_on: bool = True) -> str:
         mark = ("  likely wrong" if likely_wrong(s.u, flag) else "") + ("  above the conformal threshold"
                                                           if index[id(s)] in conformal else "")
         mark += f"  {against(s, flag)}" if against(s, flag) else ""
-        lines.append(f"  {_chip(s.u, colour_on, flag)}  {s.text!r}  chars {s.start}-{s.end}  ν {s.nu:.1f}{mark}")
+        lines.append(f"  {_chip(s.u, colour_on, flag)}  {s.text!r}  chars {s.start}-{s.end}{'' if s.nu is None else f'  ν {s.nu:.1f}'}{mark}")
     if result.status == "unverified":
         lines.insert(0, "UNVERIFIED: SpanUQ could not judge this answer; do not read it as free of doubt")
         lines += [f"unverified ({r.code}): {r.message}" for r in result.status_reasons]

@@ -1,0 +1,208 @@
+"""The ``train-reader`` stage: the with-sources reader, learned from real passages and people's marks.
+
+    spanuq train-reader                  # params.yaml `reader`; writes data/<backbone>/reader/
+
+1. **Items** (`spanuq.train.reader_rows`): ``reader.sets`` of the train and dev splits — WiCE claims with the
+   article they cite, same-passage swaps from XQuAD's paragraphs, SummEdits' edited summaries — split by
+   article upstream or here (`spanuq.data.real`), never a test item.
+2. **Rows**: every item read as the product reads it (`spanuq.reader.features`), labelled per word.
+3. **Net** (`spanuq.reader.model`): trained on the train rows, each set weighted by ``reader.set_weights``
+   (a set's rows share its weight, so a large set does not drown a small one), ``reader.epochs`` epochs.
+4. **Dev** (what is reported and chosen on): WiCE token AUROC over the content words, swap pair accuracy,
+   right facts at the red line.
+5. **Calibrations** (fitted on dev, stored in ``config.json``'s ``extra.calibration``; the scorer's
+   with-sources calibration, `spanuq.model.calibration.Calibration.grounded`):
+   * ``given`` — Platt scaling of a span's raw û on every dev span (label: a marked word in it),
+     σ(logit(û_raw)/T + b), the red line ``flag`` at ``evaluate.flag_precision``
+     (`spanuq.metrics.ece.flag_threshold`), refine's ``margin`` on the swap pairs;
+   * ``generated`` — the backbone's own answers to dev questions with their paragraph
+     (`spanuq.label.real_answers`), labelled against the gold answers: the answer's raw û_seq (its
+     least-backed span) mapped by Platt scaling onto "the answer is wrong" (``seq_temperature``,
+     ``seq_bias``); its spans keep the given mapping (what they read is the same: whether the sources
+     back them), its red line chosen on those answers.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from ..config import Config
+from ..metrics.ece import expected_calibration_error, fit_platt, flag_threshold, pair_margin
+from ..metrics.uq import rank_auroc
+from ..model.calibration import Calibration
+from ..pipeline.cache import ItemCache
+from ..pipeline.files import iter_jsonl, write_json
+from ..pipeline.paths import StagePaths
+from ..reader import model as net_io
+from .reader_rows import ItemRows, items_for, rows_for
+from ..reader.encoder import load_encoder
+from ..reader.features import FEATURES
+from ..reader.model import NetConfig, ReaderNet, with_neighbours
+from ..reader.spans import span_scores, spans_of
+
+log = logging.getLogger(__name__)
+
+
+def _z(r: ItemRows, columns: list[int]) -> np.ndarray:
+    return with_neighbours(r.rows.x[:, columns], r.rows.sentence)
+
+
+def fit_net(train: list[ItemRows], rc, columns: list[int]) -> ReaderNet:
+    """The net trained on ``train`` (``rc``: the ``reader`` params) with each set's rows sharing its weight."""
+    torch.manual_seed(rc.seed)
+    rng = np.random.default_rng(rc.seed)
+    z = np.concatenate([_z(r, columns) for r in train])
+    y = np.concatenate([r.y for r in train])
+    n_set: dict[str, int] = {}
+    for r in train:
+        n_set[r.item.set] = n_set.get(r.item.set, 0) + len(r.y)
+    w = np.concatenate([np.full(len(r.y), rc.set_weights.get(r.item.set, 1.0) / n_set[r.item.set]) for r in train])
+    w = w / w.mean()
+    net = ReaderNet(NetConfig(features=[FEATURES[c] for c in columns], hidden=rc.hidden, dropout=rc.dropout,
+                              mean=z.mean(0).tolist(), scale=(z.std(0) + 1e-6).tolist(), encoder=rc.encoder))
+    opt = torch.optim.AdamW(net.parameters(), lr=rc.lr, weight_decay=rc.weight_decay)
+    Z, Y, W = (torch.tensor(a, dtype=torch.float32) for a in (z, y, w))
+    for _ in range(rc.epochs):
+        net.train()
+        order = torch.from_numpy(rng.permutation(len(Y)))
+        for b in range(0, len(order), rc.batch_size):
+            i = order[b: b + rc.batch_size]
+            loss = (torch.nn.functional.binary_cross_entropy_with_logits(net(Z[i]), Y[i], reduction="none") * W[i]).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return net.eval()
+
+
+def spans_read(net: ReaderNet, r: ItemRows, columns: list[int]) -> tuple[np.ndarray, list[list[int]], np.ndarray, np.ndarray]:
+    """(word p, span groups, span raw û, span labels) of one item as the product reads it (no spaCy entities:
+    runs of content words)."""
+    p = net.probability(_z(r, columns)) if r.rows.words else np.zeros(0)
+    groups = spans_of(r.item.answer, r.rows.words)
+    return p, groups, span_scores(p, groups), np.array([float(r.y[g].max()) for g in groups])
+
+
+def token_scores(answer: str, words, groups, u: np.ndarray) -> np.ndarray:
+    """Per word: the û of the span holding it, 0 for a word in no span (a function word, punctuation)."""
+    out = np.zeros(len(words))
+    for g, x in zip(groups, u):
+        out[g] = x
+    return out
+
+
+def dev_report(net: ReaderNet, dev: list[ItemRows], columns: list[int]) -> dict:
+    """What dev says of ``net``: per set, word AUROC over content words (the product's spans), and the swap pairs'
+    accuracy by form."""
+    out: dict = {}
+    by_set: dict[str, list[ItemRows]] = {}
+    for r in dev:
+        by_set.setdefault(r.item.set if "pair" not in r.item.meta else "swaps", []).append(r)
+    for name, rows in sorted(by_set.items()):
+        ys, ss = [], []
+        pairs: dict[str, dict[str, float]] = {}
+        for r in rows:
+            p, groups, u, _ = spans_read(net, r, columns)
+            ys.append(r.y)
+            ss.append(token_scores(r.item.answer, r.rows.words, groups, u))
+            if "pair" in r.item.meta:
+                a, b = r.item.meta["slot"]
+                slot = [k for k, g in enumerate(groups) if any(r.rows.words[i][0] < b and r.rows.words[i][1] > a for i in g)]
+                pairs.setdefault(r.item.meta["pair"], {})[r.item.meta["twin"]] = float(max(u[slot])) if slot else 0.0
+        y, s = np.concatenate(ys), np.concatenate(ss)
+        entry = {"items": len(rows), "words": int(len(y)), "marked": int(y.sum())}
+        if 0 < y.sum() < len(y):
+            entry["word_auroc"] = round(float(rank_auroc(y > 0.5, s)), 4)
+        done = [d for d in pairs.values() if len(d) == 2]
+        if done:
+            entry["pair_accuracy"] = round(float(np.mean([1.0 if d["wrong"] > d["right"] else 0.5 if d["wrong"] == d["right"]
+                                                           else 0.0 for d in done])), 4)
+            entry["pairs"] = len(done)
+        out[name] = entry
+    return out
+
+
+def given_calibration(net: ReaderNet, dev: list[ItemRows], columns: list[int], cfg: Config) -> tuple[dict, dict]:
+    """The ``given`` mapping (module docstring) and what it achieves on dev."""
+    raw, y, pairs = [], [], {}
+    for r in dev:
+        _, groups, u, lab = spans_read(net, r, columns)
+        raw.append(u)
+        y.append(lab)
+        if "pair" in r.item.meta:
+            a, b = r.item.meta["slot"]
+            slot = [k for k, g in enumerate(groups) if any(r.rows.words[i][0] < b and r.rows.words[i][1] > a for i in g)]
+            pairs.setdefault(r.item.meta["pair"], {})[r.item.meta["twin"]] = float(max(u[slot])) if slot else 0.0
+    raw, y = np.concatenate(raw), np.concatenate(y)
+    t, b = fit_platt(y, raw)
+    mapped = Calibration(temperature=t, bias=b)
+    u = mapped.scores(raw)
+    ec = cfg.evaluate
+    flag, flag_info = flag_threshold(y, u, ec.flag_precision, ec.positive_threshold)
+    entry = {"temperature": round(t, 6), "bias": round(b, 6), "flag": flag, "validity_threshold": 0.0}
+    done = [d for d in pairs.values() if len(d) == 2]
+    if done:
+        right, wrong = zip(*((d["right"], d["wrong"]) for d in done))
+        entry["margin"], margin_info = pair_margin(mapped.scores(np.array(right)), mapped.scores(np.array(wrong)),
+                                                   confidence=ec.flag_precision)
+    else:
+        margin_info = None
+    info = {"spans": int(len(y)), "wrong": int(y.sum()), "ece_before": round(expected_calibration_error(y, raw), 4),
+            "ece_after": round(expected_calibration_error(y, u), 4), "flag": flag_info, "margin": margin_info}
+    return entry, info
+
+
+def own_calibration(reader_read, answers: list[dict], given: dict, cfg: Config) -> tuple[dict | None, dict]:
+    """The ``generated`` mapping from the backbone's own dev answers (module docstring); None with fewer than
+    10 answers or one class."""
+    rows = [a for a in answers if a["split"] == "dev" and a["answer"].strip()]
+    y = np.array([0.0 if a["right"] else 1.0 for a in rows])
+    if len(rows) < 10 or y.min() == y.max():
+        return None, {"answers": len(rows), "wrong": int(y.sum()), "why": "fewer than 10 answers or one class"}
+    raw = np.array([reader_read(a) for a in rows])
+    t, b = fit_platt(y, raw)
+    u = Calibration(temperature=t, bias=b).scores(raw)
+    flag, flag_info = flag_threshold(y, u, cfg.evaluate.flag_precision, cfg.evaluate.positive_threshold, min_flagged=5)
+    entry = {**given, "seq_temperature": round(t, 6), "seq_bias": round(b, 6), "seq_flag": flag}
+    return entry, {"answers": len(rows), "wrong": int(y.sum()), "auroc": round(float(rank_auroc(y > 0.5, raw)), 4),
+                   "ece_before": round(expected_calibration_error(y, raw), 4),
+                   "ece_after": round(expected_calibration_error(y, u), 4), "flag": flag_info}
+
+
+def run_train_reader(cfg: Config, progress: bool = True) -> dict:
+    from ..label.units import load_spacy
+
+    t0 = time.perf_counter()
+    paths = StagePaths.from_config(cfg)
+    rc = cfg.reader
+    nlp = load_spacy(cfg.label.spacy_model)
+    encoder = load_encoder(rc.encoder)
+    cache = ItemCache(paths.stage_cache("reader_rows"))
+    train = rows_for(encoder, items_for(rc.sets, "train", nlp), cache, progress)
+    dev = rows_for(encoder, items_for(rc.sets, "dev", nlp), cache, progress)
+    columns = [FEATURES.index(f) for f in (rc.features or FEATURES)]
+    net = fit_net(train, rc, columns)
+    report = {"train": {"items": len(train), "words": int(sum(len(r.y) for r in train))}, "dev": dev_report(net, dev, columns)}
+    given, report["given"] = given_calibration(net, dev, columns, cfg)
+    calibration = {"given": given}
+    answers_path = paths.real_answers
+    if answers_path.exists():
+        from ..reader.read import Reader
+
+        reader = Reader(net)
+        answers = list(iter_jsonl(answers_path))
+        read = lambda a: reader.read([p["text"] for p in a["sources"]], a["answer"], a["question"]).u_seq_raw  # noqa: E731
+        own, report["generated"] = own_calibration(read, answers, given, cfg)
+        if own is not None:
+            calibration["generated"] = own
+    net.cfg = replace(net.cfg, extra={"calibration": calibration, "sets": rc.sets, "seed": rc.seed,
+                                      "dev": report["dev"]})
+    net_io.save(net, paths.reader)
+    report["seconds"] = round(time.perf_counter() - t0, 1)
+    write_json(paths.reader / "report.json", report)
+    log.info("train-reader: %s", json.dumps(report["dev"]))
+    return report

