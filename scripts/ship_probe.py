@@ -23,6 +23,12 @@ teacher changes, re-run the pipeline and this script: the folder is replaced as 
 
 ``--recalibrated``: the shipped weights after `spanuq recalibrate` refitted their given-answer
 calibration; only config.json and the card's calibration, planted and Mu-SHROOM entries change.
+
+    python scripts/ship_probe.py --reader data/smollm2-135m/reader --real-bench data/smollm2-135m/bench/real.json
+
+``--reader``: the with-sources reader a `train-reader` run wrote (`spanuq.train.reader`), shipped beside the probe
+(``reader/``) with its dev figures and, with ``--real-bench``, what `spanuq bench real` read of the shipped probe
+with it; nothing of the probe changes.
 """
 from __future__ import annotations
 
@@ -263,6 +269,55 @@ def ship_recalibrated(args, out: Path) -> int:
     return 0
 
 
+def ship_reader(args, out: Path) -> int:
+    """``--reader DIR``: the with-sources reader beside the shipped probe (``out/reader``), and the card's entry."""
+    from spanuq.bench.run import commit
+    from spanuq.pipeline.files import atomic_write_text, read_json, sha256_file, write_json
+    from spanuq.score.shipped import CARD
+
+    src = Path(args.reader)
+    card = read_json(out / CARD)
+    dst = out / "reader"
+    dst.mkdir(exist_ok=True)
+    for name in ("model.safetensors", "config.json"):
+        shutil.copy2(src / name, dst / name)
+        (dst / name).chmod(0o644)
+    config = read_json(src / "config.json")
+    report = read_json(src / "report.json") if (src / "report.json").exists() else {}
+    card["reader"] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit(),
+                      "sha256": sha256_file(dst / "model.safetensors"), "features": config["features"],
+                      "encoder": config["encoder"], "sets": config["extra"].get("sets"),
+                      "calibration": config["extra"].get("calibration"), "dev": report.get("dev"),
+                      "given_fit": report.get("given"), "generated_fit": report.get("generated"),
+                      "bench": read_json(args.real_bench) if args.real_bench else None}
+    write_json(out / CARD, card)
+    atomic_write_text(out / "MODEL_CARD.md", render(card))
+    print(f"ship_probe: {dst}: the with-sources reader (sha256 {card['reader']['sha256'][:12]})", file=sys.stderr)
+    return 0
+
+
+def reader_lines(r: dict) -> list[str]:
+    """The card's with-sources section."""
+    from spanuq.bench.real_run import markdown as real_markdown
+
+    cal = r.get("calibration") or {}
+    lines = ["## With sources: the reader", "",
+             f"Answers scored with `context` are read by the reader in `reader/` (sha256 `{r['sha256']}`, encoder "
+             f"`{r['encoder']}`, {len(r['features'])} features per word; trained {r['date']} at `{r['commit']}` on "
+             f"{r['sets']}; docs/grounded.md)."]
+    for source in ("given", "generated"):
+        if cal.get(source):
+            lines.append(f"- {source_line(source, cal[source])}" + (
+                f"; the answer's score σ(logit(max raw)/{cal[source]['seq_temperature']:.3f} + "
+                f"{cal[source]['seq_bias']:.3f}), fitted on the backbone's own answers to dev questions"
+                if "seq_temperature" in cal[source] else "") + ".")
+    if r.get("dev"):
+        lines.append(f"- Dev: {json.dumps(r['dev'])}.")
+    if r.get("bench"):
+        lines += ["", real_markdown(r["bench"]).split("\n", 2)[2]]
+    return lines + [""]
+
+
 def mapping(c: dict) -> dict:
     """A calibration without the given-answer validity threshold (`spanuq recalibrate --mushroom-val` sets it
     alone: the given mapping's fit, which the card's ``recalibrated`` entry records, is the same)."""
@@ -343,6 +398,8 @@ def render(card: dict) -> str:
                      "docs/results.md says what each changed on validation).\n")
     else:
         lines.append("Mu-SHROOM: not measured for this probe (`spanuq bench mushroom`, docs/mushroom.md).\n")
+    if card.get("reader"):
+        lines += reader_lines(card["reader"])
     lines.append("Re-ship after re-training (e.g. when the teacher changes): "
                  "`python scripts/ship_probe.py --run <data dir> [--bench <mushroom-test.json>]`.\n")
     return "\n".join(lines)
@@ -364,11 +421,18 @@ def main(argv: list[str] | None = None) -> int:
                          "config.json and the card's calibration, planted and Mu-SHROOM entries (no --run)")
     ap.add_argument("--bench", default=None, help="`spanuq bench mushroom --split test` result JSON of this probe")
     ap.add_argument("--planted", default=None, help="`spanuq bench planted` result JSON of this probe")
+    ap.add_argument("--reader", default=None, metavar="READER_DIR",
+                    help="a train-reader run's reader, shipped beside the probe (reader/) with its card entry (no --run)")
+    ap.add_argument("--real-bench", default=None, metavar="JSON", help="with --reader: `spanuq bench real` of the "
+                                                                      "shipped probe with that reader")
     ap.add_argument("-p", "--params", default="params.yaml")
     ap.add_argument("--preset", default=None)
     ap.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", default=str(PROBES), help="where the probe folders go (default: spanuq/probes)")
     args = ap.parse_args(argv)
+    if args.reader:
+        return ship_reader(args, Path(args.out) / load_config(args.params if Path(args.params).exists() else None,
+                                                              args.override, args.preset).backbone.name)
     if args.recalibrated:
         return ship_recalibrated(args, Path(args.out) / load_config(args.params if Path(args.params).exists() else None,
                                                                     args.override, args.preset).backbone.name)
@@ -401,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
         f.chmod(0o644)  # package data: readable by whoever installs it (the run's files may be 0600)
     shutil.rmtree(out, ignore_errors=True)  # the folder is replaced as a whole
     tmp.rename(out)
+    if (paths.reader / "model.safetensors").exists():  # the run's with-sources reader ships beside its probe
+        ship_reader(argparse.Namespace(reader=paths.reader, real_bench=None), out)
     h = card["metrics"]["headline"]
     print(f"ship_probe: {out}: sha256 {card['weights']['sha256'][:12]}, test AUROC {h['auroc']} over "
           f"{h['n_spans']} spans ({h['negatives']} negatives), {len(rows)} test answers stored", file=sys.stderr)

@@ -399,9 +399,10 @@ class ScoreConfig(_Section):
     max_context_windows: int = Field(default=4, ge=1)
     max_context_chars: int = 200_000
     max_context_passages: int = 64
-    # sources longer than context_focus_tokens tokens are read in part: their pieces most relevant to the question
-    # (BM25), as many as fit in it (spanuq/context/focus.py); 0: every character is read
-    context_focus_tokens: int = Field(default=128, ge=0)
+    # every character of the sources is read (0); B > 0: sources longer than B tokens are read in part, their pieces
+    # most relevant to the question (BM25), as many as fit in B (spanuq/context/focus.py) — where the backbone reads
+    # them (its own answer, a probe without a reader); the reader reads every sentence whatever this says
+    context_focus_tokens: int = Field(default=0, ge=0)
     context_top_k: int = Field(default=3, ge=1)  # passages `spanuq score --corpus` retrieves per prompt (BM25)
     batch_size: int = 8  # teacher-forced passes per batch in score_many
     # answers read against sources: the KV caches of the last prefix_cache prompts are kept (spanuq/llm/prefix.py), so
@@ -462,6 +463,7 @@ class ReaderConfig(_Section):
     set_weights: dict[str, float] = Field(default_factory=lambda: {"wice": 1.0, "swaps": 1.0, "summedits": 0.5})
     hidden: int = 64
     dropout: float = 0.1
+    members: int = 5  # the net trained from this many seeds, their chances averaged (spanuq.reader.model)
     epochs: int = 30
     lr: float = 3e-3
     weight_decay: float = 1e-4

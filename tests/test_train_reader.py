@@ -45,7 +45,7 @@ def test_training_reads_train_and_dev_items_never_test_ones(repo_root):
 def test_the_stage_writes_a_reader_with_its_dev_figures_and_calibration(tiny_reader):
     folder, report = tiny_reader
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "report.json"]
-    assert set(report["dev"]) == {"wice", "swaps", "summedits"} and "pair_accuracy" in report["dev"]["swaps"]
+    assert set(report["dev"]) == {"wice", "swaps", "summedits"} and "pair_accuracy_qa" in report["dev"]["swaps"]
     given = json.loads((folder / "config.json").read_text())["extra"]["calibration"]["given"]
     assert given["temperature"] > 0 and 0 < given["flag"] < 1
     reading = Reader.load(folder).read(["The bridge opened in 1937."], "The bridge opened in 1925.", "When?")

@@ -70,7 +70,7 @@ def add_bench_args(p: argparse.ArgumentParser, add_config_args) -> None:
                         "the red line), the backbone's own answers with their paragraph (AUROC, ECE); beside the words "
                         "absent from the sources, the surprisal given them, a tagger, the whole answer")
     add_pair_bench_args(rl, add_config_args)
-    rl.add_argument("--parts", default="marked,swaps,own", help="comma-separated: marked, swaps, own")
+    rl.add_argument("--parts", default="marked,swaps,own,passages", help="comma-separated: marked, swaps, own, passages")
     rl.add_argument("--data", default=None, metavar="FILE",
                     help="your own marked items for the marked part, one JSON object a line: {id, article, question, "
                          "sources: [{id, text, title?}], answer, marks: [[start, end], ...]}; default: WiCE test")

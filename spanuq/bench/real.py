@@ -13,6 +13,8 @@ article, `spanuq.data.real`):
   a twin naming another entity of the same kind from the paragraph, as "The answer is X." and as the
   paragraph's own sentence; **pair accuracy** of the slot's û (the span overlapping it most), and the share of
   right twins at or above the red line the product draws (``flag_threshold``).
+* **passages** — a paragraph's own sentence read against every paragraph of its article: the share of its spans
+  that name that paragraph (``passage``).
 * **own** — the backbone answers XQuAD test questions with their paragraph (`SpanUQ.score(question,
   context=[paragraph])`), the answer is right when it names a gold answer (the teacher's rule); **AUROC** and
   **ECE** of û_seq against "wrong", and how many results are ``scored``.

@@ -27,7 +27,7 @@ from .planted_run import slot_score
 from .real import (CONTROLS, NAMES, absent_words, char_scores, pair_outcome, scored_words, span_word_scores,
                    task_scores, word_chars, word_labels)
 
-PARTS = ("marked", "swaps", "own")
+PARTS = ("marked", "swaps", "own", "passages")
 
 
 def _request(it: RealItem, response: bool = True) -> dict:
@@ -44,10 +44,14 @@ def product(uq, items: list[RealItem], cache: Cache, progress: bool, response: b
     def compute(todo: list[int]) -> list:
         res = uq.score_many([_request(items[i], response) for i in todo], progress=progress, return_errors=True)
         return [f"{type(r).__name__}: {r}" if isinstance(r, Exception) else
-                {"answer": r.answer, "spans": [[s.start, s.end, s.u] for s in r.spans], "u_seq": r.u_seq,
+                {"answer": r.answer, "spans": [[s.start, s.end, s.u, s.passage] for s in r.spans], "u_seq": r.u_seq,
                  "flag": r.flag_threshold, "status": r.status, "calibration": r.calibration_source} for r in res]
 
     return cache.values(keys, compute)
+
+
+def _spans(r: dict) -> list[tuple[int, int, float]]:
+    return [(s[0], s[1], s[2]) for s in r["spans"]]
 
 
 def surprisal_words(uq, it: RealItem, answer: str, words: list[tuple[int, int]]) -> np.ndarray:
@@ -99,12 +103,12 @@ def marked_part(uq, items: list[RealItem], nlp, cache: Cache, progress: bool, bo
         a, words = it.answer, scored_words(it.answer)
         y = word_labels(words, it.marks)
         su = np.asarray(su, float)
-        scores = {"spanuq": span_word_scores(words, [tuple(x) for x in r["spans"]]),
+        scores = {"spanuq": span_word_scores(words, _spans(r)),
                   "absent": absent_words(a, [p["text"] for p in it.sources], words),
                   "surprisal": su / max(su.max(initial=0.0), 1e-9),
                   "tagger": span_word_scores(words, [(s, e, 1.0) for s, e in tag]),
                   "whole": np.ones(len(words))}
-        chars = {"spanuq": char_scores(len(a), [tuple(x) for x in r["spans"]])}
+        chars = {"spanuq": char_scores(len(a), _spans(r))}
         for m in CONTROLS:
             chars[m] = word_chars(len(a), words, scores[m])
         for m, s in scores.items():
@@ -161,7 +165,7 @@ class _Result:
 
     def __init__(self, r: dict):
         self.u_seq = r["u_seq"] if r["u_seq"] is not None else 0.0
-        self.spans = [type("S", (), {"start": s, "end": e, "u": u}) for s, e, u in r["spans"]]
+        self.spans = [type("S", (), {"start": s, "end": e, "u": u}) for s, e, u in _spans(r)]
 
 
 def own_part(uq, items: list[RealItem], cache: Cache, progress: bool, bootstrap: int, seed: int, min_score: float) -> dict:
@@ -185,6 +189,39 @@ def own_part(uq, items: list[RealItem], cache: Cache, progress: bool, bootstrap:
                       "absent": _auroc_ci(y, absent, groups, bootstrap, seed)},
             "ece": round(expected_calibration_error(y, u), 4) if len(y) else None,
             "flagged_at_red_line": float(np.mean([r["u_seq"] >= r["flag"] for _, r in ok])) if ok else None}
+
+
+def passages_part(uq, twins: list[RealItem], cache: Cache, progress: bool) -> dict:
+    """Whether each span names the passage that holds it: the right twins of the sentence form (a paragraph's own
+    sentence) read against every paragraph of their article, in an order of their own (a stable shuffle); a span
+    whose words stand in the sentence's paragraph should name it."""
+    from ..label.plant import rng_for
+
+    by_article: dict[str, list[dict]] = {}
+    for t in twins:
+        ps = by_article.setdefault(t.article, [])
+        if t.sources[0]["id"] not in [p["id"] for p in ps]:
+            ps.append(t.sources[0])
+    items = []
+    for t in (t for t in twins if t.meta.get("form") == "sentence" and t.meta.get("twin") == "right"):
+        ps = list(by_article[t.article])
+        rng_for("passages", t.id).shuffle(ps)
+        items.append(replace_sources(t, ps))
+    got = product(uq, items, cache, progress)
+    right = total = 0
+    for it, r in zip(items, got):
+        if isinstance(r, str):
+            continue
+        for s in r["spans"]:
+            total += 1
+            right += s[3] == it.meta["gold_passage"]
+    return {"answers": len(items), "spans": total, "passage_precision": round(right / total, 4) if total else None}
+
+
+def replace_sources(it: RealItem, sources: list[dict]) -> RealItem:
+    from dataclasses import replace
+
+    return replace(it, sources=sources, meta={**it.meta, "gold_passage": it.sources[0]["id"]})
 
 
 def run_real(cfg: Config, probe: str | None = None, parts: tuple[str, ...] = PARTS, data: str | None = None,
@@ -220,6 +257,8 @@ def run_real(cfg: Config, probe: str | None = None, parts: tuple[str, ...] = PAR
                                     **marked_part(uq, marked, nlp, cache, progress, bootstrap, seed)}
             elif part == "swaps":
                 record["swaps"] = swaps_part(uq, swaps(questions, nlp), nlp, cache, progress, bootstrap, seed)
+            elif part == "passages":
+                record["passages"] = passages_part(uq, swaps(questions, nlp), cache, progress)
             else:
                 record["own"] = own_part(uq, questions, cache, progress, bootstrap, seed, cfg.label.term_min_score)
             record["seconds"][part] = round(time.perf_counter() - t0, 1)
@@ -259,5 +298,9 @@ def markdown(record: dict) -> str:
                   f"{o['wrong']} wrong; statuses {o['statuses']}", "",
                   f"AUROC of û_seq {_fmt(o['auroc']['spanuq'])} (words absent {_fmt(o['auroc']['absent'])}); "
                   f"ECE {o['ece']}; answers at the red line {o['flagged_at_red_line']:.1%}.", ""]
+    if "passages" in record:
+        p = record["passages"]
+        lines += [f"## Which passage: {p['answers']} paragraph sentences read against every paragraph of their article: "
+                  f"{p['spans']} spans, {p['passage_precision']} name the sentence's own paragraph.", ""]
     lines.append("Seconds: " + ", ".join(f"{k} {v}" for k, v in record["seconds"].items()))
     return "\n".join(lines) + "\n"

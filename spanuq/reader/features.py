@@ -12,9 +12,12 @@ punctuation mark) gets a row of `FEATURES`:
   answer read by the encoder) and any word piece of the sources, of all and of the top-k sentences
   (``align_all``, ``align_top{1,3,5}``): BERTScore's recall, per word;
 * **retrieval** — how like its best source sentences the answer sentence's query is (``sim_top1``, ``sim_top3``);
-* **the question** — whether the word is in the question (``in_question``), and how much less the source
-  sentences holding it speak of the question than the sentence that speaks of it most (``question_gap``: 0 for
-  a word in that sentence; 1 when the word is nowhere in the sources or there is no question, see below);
+* **the question** — whether the word is in the question (``in_question``); how much less the source sentences
+  holding it speak of the question than the sentence that speaks of it most (``question_gap``: 0 for a word in
+  that sentence; 1 when the word is nowhere in the sources or there is no question); and, where the sources hold
+  the word, the largest share of the question's other content words within `NEAR` words of it in one source
+  sentence (``question_near``) and in that whole sentence (``question_sentence``): an answer to the question
+  stands by the words that ask for it ("ran on the Fox network" for "Which network did House run on?");
 * **the word itself** — punctuation, function word, number, capitalised, word pieces, its place in its
   sentence, how often the sources hold it, how many sentences the sources have.
 
@@ -42,11 +45,12 @@ FUNCTION_WORDS = frozenset("""a an and are as at be been being but by for from h
     very more most less least only just""".split())
 STEM = 5  # a word and a source word sharing their first STEM letters (both at least that long) match by stem
 TOP_K = (1, 3, 5)
+NEAR = 8  # words either side of a source word that count as near it (``question_near``)
 MAX_SENTENCE_CHARS = 600  # a longer source "sentence" (a table, a list) is read in pieces of about this length
 
 FEATURES = ("absent_all", "absent_stem", "absent_top1", "absent_top3", "absent_top5",
             "align_all", "align_top1", "align_top3", "align_top5", "sim_top1", "sim_top3",
-            "in_question", "question_gap", "punct", "function", "number", "capital", "pieces", "place",
+            "in_question", "question_gap", "question_near", "question_sentence", "punct", "function", "number", "capital", "pieces", "place",
             "log_count", "log_sentences")
 
 
@@ -90,6 +94,20 @@ def source_sentences(passages: list[str]) -> tuple[list[str], list[int]]:
     return (out, of) if out else ([""], [0])
 
 
+def _question_nearness(fs: list[str], question: set[str], positions: dict, sent_forms: list[list[str]]
+                        ) -> tuple[float, float]:
+    """(``question_near``, ``question_sentence``) of a word whose forms are ``fs`` (module docstring)."""
+    q = question - set(fs)
+    if not fs or not q or fs[0] not in positions:
+        return 0.0, 0.0
+    near = whole = 0.0
+    for k, j in positions[fs[0]]:
+        words = sent_forms[k]
+        near = max(near, len(q & set(words[max(0, j - NEAR): j + NEAR + 1])) / len(q))
+        whole = max(whole, len(q & set(words)) / len(q))
+    return near, whole
+
+
 def _word_states(enc: Encoded, spans: list[tuple[int, int]], dim: int) -> np.ndarray:
     """Each character span's contextual state: the unit-norm mean of the word pieces overlapping it."""
     out = np.zeros((len(spans), dim), np.float32)
@@ -107,7 +125,12 @@ def word_rows(encoder: SourceEncoder, passages: list[str], answer: str, question
     if not words:
         return WordRows([], np.zeros((0, len(FEATURES)), np.float32), [], [])
     sents, passage_of = source_sentences([with_digits(p) for p in passages])
-    sent_forms = [set(forms(s)) for s in sents]
+    sent_words = [forms(s) for s in sents]
+    sent_forms = [set(w) for w in sent_words]
+    positions: dict[str, list[tuple[int, int]]] = {}
+    for k, ws in enumerate(sent_words):
+        for j, f in enumerate(ws):
+            positions.setdefault(f, []).append((k, j))
     all_forms = set().union(*sent_forms)
     stems = {f[:STEM] for f in all_forms if len(f) >= STEM}
     counts: dict[str, int] = {}
@@ -117,6 +140,7 @@ def word_rows(encoder: SourceEncoder, passages: list[str], answer: str, question
     a_sents = [(s, e) for s, e in sentence_spans(answer)] or [(0, len(answer))]
     q = (question or "").strip()
     q_forms = set(forms(q))
+    q_content = {f for f in q_forms if f not in FUNCTION_WORDS}
     queries = [(q + " " + answer[s:e]).strip() for s, e in a_sents]
     encoded = encoder.encode(sents + [answer] + queries + ([q] if q else []))
     src, ans, qenc = encoded[: len(sents)], encoded[len(sents)], encoded[len(sents) + 1: len(sents) + 1 + len(queries)]
@@ -154,6 +178,7 @@ def word_rows(encoder: SourceEncoder, passages: list[str], answer: str, question
             float(col.max(initial=-1.0)), *(top_align[t] for t in TOP_K),
             float(sims[order[0]]), float(sims[order[:3]].mean()),
             float(bool(fs) and all(f in q_forms for f in fs)), gap,
+            *_question_nearness(fs, q_content, positions, sent_words),
             float(not fs), float(bool(fs) and all(f in FUNCTION_WORDS for f in fs)),
             float(any(c.isdigit() for c in text)), float(text[:1].isupper()),
             float(encoder.n_pieces(text)), (s - a) / max(1, b - a),

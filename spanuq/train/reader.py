@@ -13,8 +13,8 @@
 5. **Calibrations** (fitted on dev, stored in ``config.json``'s ``extra.calibration``; the scorer's
    with-sources calibration, `spanuq.model.calibration.Calibration.grounded`):
    * ``given`` — Platt scaling of a span's raw û on every dev span (label: a marked word in it),
-     σ(logit(û_raw)/T + b), the red line ``flag`` at ``evaluate.flag_precision``
-     (`spanuq.metrics.ece.flag_threshold`), refine's ``margin`` on the swap pairs;
+     σ(logit(û_raw)/T + b); the red line ``flag`` where the characters it marks best match people's marks on
+     WiCE dev (`red_line`: the mean IoU of Mu-SHROOM), refine's ``margin`` on the swap pairs;
    * ``generated`` — the backbone's own answers to dev questions with their paragraph
      (`spanuq.label.real_answers`), labelled against the gold answers: the answer's raw û_seq (its
      least-backed span) mapped by Platt scaling onto "the answer is wrong" (``seq_temperature``,
@@ -53,9 +53,8 @@ def _z(r: ItemRows, columns: list[int]) -> np.ndarray:
 
 
 def fit_net(train: list[ItemRows], rc, columns: list[int]) -> ReaderNet:
-    """The net trained on ``train`` (``rc``: the ``reader`` params) with each set's rows sharing its weight."""
-    torch.manual_seed(rc.seed)
-    rng = np.random.default_rng(rc.seed)
+    """The net trained on ``train`` (``rc``: the ``reader`` params): each of its ``rc.members`` members from its own
+    seed (``rc.seed + k``), each set's rows sharing the set's weight (a large set does not drown a small one)."""
     z = np.concatenate([_z(r, columns) for r in train])
     y = np.concatenate([r.y for r in train])
     n_set: dict[str, int] = {}
@@ -64,18 +63,27 @@ def fit_net(train: list[ItemRows], rc, columns: list[int]) -> ReaderNet:
     w = np.concatenate([np.full(len(r.y), rc.set_weights.get(r.item.set, 1.0) / n_set[r.item.set]) for r in train])
     w = w / w.mean()
     net = ReaderNet(NetConfig(features=[FEATURES[c] for c in columns], hidden=rc.hidden, dropout=rc.dropout,
-                              mean=z.mean(0).tolist(), scale=(z.std(0) + 1e-6).tolist(), encoder=rc.encoder))
-    opt = torch.optim.AdamW(net.parameters(), lr=rc.lr, weight_decay=rc.weight_decay)
+                              members=rc.members, mean=z.mean(0).tolist(), scale=(z.std(0) + 1e-6).tolist(),
+                              encoder=rc.encoder))
     Z, Y, W = (torch.tensor(a, dtype=torch.float32) for a in (z, y, w))
-    for _ in range(rc.epochs):
-        net.train()
-        order = torch.from_numpy(rng.permutation(len(Y)))
-        for b in range(0, len(order), rc.batch_size):
-            i = order[b: b + rc.batch_size]
-            loss = (torch.nn.functional.binary_cross_entropy_with_logits(net(Z[i]), Y[i], reduction="none") * W[i]).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    x = (Z - net.mean) / net.scale
+    for k, member in enumerate(net.members):
+        torch.manual_seed(rc.seed + k)
+        for layer in member:  # each member's own initial weights, from its seed
+            if hasattr(layer, "reset_parameters"):
+                layer.reset_parameters()
+        rng = np.random.default_rng(rc.seed + k)
+        opt = torch.optim.AdamW(member.parameters(), lr=rc.lr, weight_decay=rc.weight_decay)
+        member.train()
+        for _ in range(rc.epochs):
+            order = torch.from_numpy(rng.permutation(len(Y)))
+            for b in range(0, len(order), rc.batch_size):
+                i = order[b: b + rc.batch_size]
+                loss = (torch.nn.functional.binary_cross_entropy_with_logits(member(x[i]).squeeze(-1), Y[i],
+                                                                             reduction="none") * W[i]).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
     return net.eval()
 
 
@@ -117,22 +125,45 @@ def dev_report(net: ReaderNet, dev: list[ItemRows], columns: list[int]) -> dict:
         entry = {"items": len(rows), "words": int(len(y)), "marked": int(y.sum())}
         if 0 < y.sum() < len(y):
             entry["word_auroc"] = round(float(rank_auroc(y > 0.5, s)), 4)
-        done = [d for d in pairs.values() if len(d) == 2]
-        if done:
-            entry["pair_accuracy"] = round(float(np.mean([1.0 if d["wrong"] > d["right"] else 0.5 if d["wrong"] == d["right"]
-                                                           else 0.0 for d in done])), 4)
-            entry["pairs"] = len(done)
+        for form in sorted({k.rsplit("@", 1)[-1] for k in pairs}):
+            done = [d for k, d in pairs.items() if len(d) == 2 and k.endswith("@" + form)]
+            entry[f"pair_accuracy_{form}"] = round(float(np.mean([1.0 if d["wrong"] > d["right"] else 0.5
+                                                                  if d["wrong"] == d["right"] else 0.0 for d in done])), 4)
+            entry[f"pairs_{form}"] = len(done)
         out[name] = entry
     return out
 
 
+def red_line(marked: list[tuple[ItemRows, list[list[int]], np.ndarray]], grid: np.ndarray | None = None
+             ) -> tuple[float, dict]:
+    """The calibrated û from which spans are drawn as likely wrong: where the characters the line marks best
+    match the characters people marked (Mu-SHROOM's IoU, `spanuq.bench.metrics.iou`, averaged over the items;
+    ties: the higher line).  ``marked``: per item, its rows, span groups and calibrated span û."""
+    from ..bench.real import char_scores, task_scores
+
+    grid = np.round(np.arange(0.05, 0.951, 0.01), 2) if grid is None else grid
+    best, rows = (0.5, -1.0), []
+    for t in grid:
+        ious = []
+        for r, groups, u in marked:
+            spans = [(r.rows.words[g[0]][0], r.rows.words[g[-1]][1], x) for g, x in zip(groups, u)]
+            chars = char_scores(len(r.item.answer), spans)
+            ious.append(task_scores(r.item.answer, r.item.marks, chars, chars >= t)[0])
+        iou = float(np.mean(ious)) if ious else 0.0
+        rows.append((float(t), iou))
+        if iou >= best[1]:
+            best = (float(t), iou)
+    return best[0], {"iou": round(best[1], 4), "items": len(marked), "rule": "mean IoU on people's marks (WiCE dev)"}
+
+
 def given_calibration(net: ReaderNet, dev: list[ItemRows], columns: list[int], cfg: Config) -> tuple[dict, dict]:
     """The ``given`` mapping (module docstring) and what it achieves on dev."""
-    raw, y, pairs = [], [], {}
+    raw, y, pairs, read = [], [], {}, []
     for r in dev:
         _, groups, u, lab = spans_read(net, r, columns)
         raw.append(u)
         y.append(lab)
+        read.append((r, groups, u))
         if "pair" in r.item.meta:
             a, b = r.item.meta["slot"]
             slot = [k for k, g in enumerate(groups) if any(r.rows.words[i][0] < b and r.rows.words[i][1] > a for i in g)]
@@ -141,16 +172,16 @@ def given_calibration(net: ReaderNet, dev: list[ItemRows], columns: list[int], c
     t, b = fit_platt(y, raw)
     mapped = Calibration(temperature=t, bias=b)
     u = mapped.scores(raw)
-    ec = cfg.evaluate
-    flag, flag_info = flag_threshold(y, u, ec.flag_precision, ec.positive_threshold)
+    flag, flag_info = red_line([(r, g, mapped.scores(x) if len(x) else x) for r, g, x in read if r.item.set == "wice"])
     entry = {"temperature": round(t, 6), "bias": round(b, 6), "flag": flag, "validity_threshold": 0.0}
     done = [d for d in pairs.values() if len(d) == 2]
+    margin_info = None
     if done:
-        right, wrong = zip(*((d["right"], d["wrong"]) for d in done))
-        entry["margin"], margin_info = pair_margin(mapped.scores(np.array(right)), mapped.scores(np.array(wrong)),
-                                                   confidence=ec.flag_precision)
-    else:
-        margin_info = None
+        right, wrong = (np.array(x) for x in zip(*((d["right"], d["wrong"]) for d in done)))
+        entry["margin"], margin_info = pair_margin(mapped.scores(right), mapped.scores(wrong),
+                                                   confidence=cfg.evaluate.flag_precision)
+        flag_info["swaps_right_at_line"] = round(float(np.mean(mapped.scores(right) >= flag)), 4)
+        flag_info["swaps_wrong_at_line"] = round(float(np.mean(mapped.scores(wrong) >= flag)), 4)
     info = {"spans": int(len(y)), "wrong": int(y.sum()), "ece_before": round(expected_calibration_error(y, raw), 4),
             "ece_after": round(expected_calibration_error(y, u), 4), "flag": flag_info, "margin": margin_info}
     return entry, info

@@ -19,7 +19,7 @@ from ..data.real import RealItem, load_items
 from ..pipeline.cache import ItemCache, content_hash
 from ..reader.features import FEATURES, WordRows, word_rows
 
-ROWS_VERSION = 1  # bump when `word_rows` changes what it computes
+ROWS_VERSION = 2  # bump when `word_rows` changes what it computes
 
 
 @dataclass(frozen=True)
