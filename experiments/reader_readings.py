@@ -1,7 +1,7 @@
 """Which readings of an answer against its sources pay on dev: the reader's features alone and by group, and the
 backbone's readings (its surprisal of each word given the sources and without them) added to them.
 
-    python experiments/reader_readings.py [--preset cpu-full] [--top 5] [--out data/<backbone>/reader_readings.json]
+    python experiments/reader_readings.py [--preset cpu-full] [-o reader.sets.wice.train=80 ...] [--top 5]
 
 Every variant is the reader's net (`spanuq.train.reader.fit_net`, the params' members, epochs, sets) trained on the
 train items' rows and read on the dev items' (`spanuq.train.reader.dev_report`: WiCE dev word AUROC, swap pair
@@ -72,6 +72,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-p", "--params", default="params.yaml")
     ap.add_argument("--preset", default=None)
+    ap.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a params override, e.g. reader.sets.swaps.train=100 (fewer items: the backbone's readings cost)")
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -89,7 +91,7 @@ def main() -> None:
     from spanuq.train.reader_rows import ItemRows, items_for, rows_for
 
     torch.set_num_threads(1)
-    cfg = load_config(args.params, [], args.preset)
+    cfg = load_config(args.params, args.override, args.preset)
     paths = StagePaths.from_config(cfg)
     nlp, encoder = load_spacy(cfg.label.spacy_model), load_encoder(cfg.reader.encoder)
     cache = ItemCache(paths.stage_cache("reader_rows"))
@@ -131,7 +133,7 @@ def main() -> None:
               f"sentence {d['swaps'].get('pair_accuracy_sentence')}  summedits {d['summedits'].get('word_auroc')}",
               flush=True)
     out = Path(args.out) if args.out else paths.root / "reader_readings.json"
-    out.write_text(json.dumps({"preset": args.preset, "top": args.top, "backbone_seconds": round(seconds, 1),
+    out.write_text(json.dumps({"preset": args.preset, "overrides": args.override, "top": args.top, "backbone_seconds": round(seconds, 1),
                                "variants": results}, indent=1))
     print(f"wrote {out}")
 

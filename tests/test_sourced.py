@@ -1,6 +1,7 @@
 """A probe with a reader beside it scores every answer that comes with sources through the reader: all of the
 sources read, spans of names, numbers and content words (never a function word alone, never one twice), each
 naming its passage, calibrated by the reader's with-sources calibration."""
+import json
 import shutil
 
 import pytest
@@ -62,3 +63,22 @@ def test_the_backbones_own_answer_with_sources_says_whether_its_calibration_was_
         assert r.calibration_source == "generated+context" and r.status == "scored"
     else:  # a reader trained without the backbone's own answers cannot say what its reading means for them
         assert r.status == "unverified" and [x.code for x in r.status_reasons] == ["context_uncalibrated"]
+
+
+def test_bench_real_reads_the_products_own_output_beside_the_controls(sourced, tmp_path, repo_root):
+    from spanuq.bench.real_run import run_real
+    from spanuq.config import load_config
+
+    cfg = load_config(repo_root / "params.yaml", [f"paths.data={tmp_path}"])
+    out = run_real(cfg, probe=str(sourced.checkpoint), parts=("marked", "swaps", "passages"), limit=3, bootstrap=20)
+    record = json.loads(out.read_text())
+    marked = record["marked"]
+    assert marked["items"] == 3 and marked["n_errors"] == 0 and marked["statuses"] == {"scored": 3}
+    assert set(marked["table"]) == {"spanuq", "absent", "surprisal", "tagger", "whole"}
+    assert marked["table"]["whole"]["word_auroc"]["value"] == 0.5
+    assert all(0 <= marked["table"][m]["iou"]["value"] <= 1 for m in marked["table"])
+    assert set(record["swaps"]) <= {"qa", "sentence"} and record["passages"]["spans"] > 0
+    assert set(record["seconds"]) == {"marked", "swaps", "passages"}
+    assert "words absent from the sources" in out.with_suffix(".md").read_text()
+    again = run_real(cfg, probe=str(sourced.checkpoint), parts=("marked",), limit=3, bootstrap=20)  # from the cache
+    assert json.loads(again.read_text())["marked"]["table"] == marked["table"]
