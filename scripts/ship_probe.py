@@ -292,6 +292,8 @@ def ship_reader(args, out: Path) -> int:
                       "bench": read_json(args.real_bench) if args.real_bench else None}
     write_json(out / CARD, card)
     atomic_write_text(out / "MODEL_CARD.md", render(card))
+    for f in (out / CARD, out / "MODEL_CARD.md"):
+        f.chmod(0o644)  # package data: readable by whoever installs it
     print(f"ship_probe: {dst}: the with-sources reader (sha256 {card['reader']['sha256'][:12]})", file=sys.stderr)
     return 0
 

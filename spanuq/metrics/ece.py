@@ -101,6 +101,21 @@ def fit_platt_surprisal(u_true, u_pred, span, bounds: tuple[float, float] = T_BO
     return float(1.0 / res.x[0]), float(res.x[1]), float(res.x[2]), float(res.x[3])
 
 
+def fit_logistic(u_true, x, l2: float = 1e-3) -> tuple[np.ndarray, float]:
+    """``(w, b)`` minimising ``soft_bce(u*, x @ w + b) + l2 · |w|²``: a logistic regression on a few columns ``x``
+    (n, k) — the score of an answer from several readings of it (`spanuq.train.reader`).  Convex."""
+    from scipy.optimize import minimize
+
+    y = unit_interval(u_true, "u_true")
+    x = np.asarray(x, dtype=np.float64).reshape(len(y), -1)
+    if y.size == 0:
+        raise ValueError("cannot fit a calibration on zero items")
+    k = x.shape[1]
+    res = minimize(lambda w: soft_bce(y, x @ w[:k] + w[k]) + l2 * float(w[:k] @ w[:k]), x0=np.zeros(k + 1),
+                   method="L-BFGS-B")
+    return res.x[:k].copy(), float(res.x[k])
+
+
 def flag_threshold(u_true, u_cal, precision: float, positive: float = 0.5, min_flagged: int = 10,
                    grid: np.ndarray | None = None) -> tuple[float, dict]:
     """The lowest threshold t on calibrated û at which the spans flagged (û ≥ t) are wrong

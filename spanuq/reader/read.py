@@ -32,6 +32,7 @@ class Reading:
     spans: list[tuple[int, int]]  # characters of each span
     u_raw: np.ndarray  # per span: the highest p of its words
     passage: list[int]  # per span: the passage of the source piece most like its best-backed word
+    x: np.ndarray  # the words' feature rows (`spanuq.reader.features.FEATURES`)
 
     @property
     def u_seq_raw(self) -> float:
@@ -65,4 +66,4 @@ class Reader:
         u = span_scores(p, groups)
         # a span was read against the passage of its best-backed word's closest source piece
         passage = [rows.passage[min(g, key=lambda i: p[i])] for g in groups]
-        return Reading(rows.words, p, groups, spans, u, passage)
+        return Reading(rows.words, p, groups, spans, u, passage, rows.x)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+
 from .features import FUNCTION_WORDS, forms
 
 # forms of "be", "have", "do", the modals and the personal pronouns: they link a clause or stand for what it is

@@ -8,11 +8,12 @@ content words are its spans (`spanuq.reader.spans`), each with the highest chanc
 calibrations, fitted on real dev items per answer source (`spanuq.train.reader`), are the scorer's with-sources
 calibration (``calibration_source``: ``given+context`` / ``generated+context``):
 
-    û(span) = σ(logit(û_raw)/T + b),        û_seq = max over spans of û          (a given answer)
-                                            û_seq = σ(logit(max û_raw)/T_seq + b_seq)   (the backbone's own)
+    û(span) = σ(logit(û_raw)/T + b),     û_seq = max over spans of û                  (a given answer)
+                                         û_seq = σ(logit(s)/T_seq + b_seq)             (the backbone's own)
 
-T_seq, b_seq were fitted on the backbone's own answers to dev questions with their paragraph, against the gold
-answers.  Each span names the passage it was read against: the passage of the source piece most like its
+s is the answer's score (`spanuq.reader.answer`: how much of it the sources do not back, how it stands to the
+question), weighted on the backbone's own answers to train questions with their paragraph; T_seq, b_seq map it
+onto "wrong" on its answers to dev questions, both against the gold answers (`spanuq.train.reader.own_calibration`).  Each span names the passage it was read against: the passage of the source piece most like its
 best-backed word.  The backbone reads nothing of the sources here (it writes its own answer after them).
 """
 from __future__ import annotations
@@ -22,11 +23,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from scipy.special import expit
 
 from ..context.focus import question_of
 from ..context.render import ReadRange, RenderedChat
 from ..label.targets import char_span_to_tokens
 from ..model.calibration import clipped_logit
+from ..reader.answer import answer_columns, answer_score
 from ..model.postprocess import Prediction
 from .reading import Pending
 from .results import assemble
@@ -61,9 +64,9 @@ def _prediction(item: Pending, reading, cal, seq: dict) -> Prediction:
         chars.append((s, e))
     n = len(rows)
     u = cal.scores(reading.u_raw) if n else np.zeros(0)
-    if item.source == "generated" and "seq_temperature" in seq:
-        z = float(clipped_logit(np.array([reading.u_seq_raw]))[0])
-        u_seq = float(1.0 / (1.0 + np.exp(-(z / seq["seq_temperature"] + seq["seq_bias"]))))
+    if item.source == "generated" and "seq_weights" in seq:
+        score = answer_score(answer_columns(item.answer, reading.words, reading.x, reading.u_raw), seq)
+        u_seq = float(expit(float(clipped_logit(np.array([score]))[0]) / seq["seq_temperature"] + seq["seq_bias"]))
     else:
         u_seq = float(u.max()) if n else 0.0
     return Prediction(prompt_id="", spans=np.asarray(rows, np.int64).reshape(-1, 2), u=u, validity=np.ones(n),

@@ -15,11 +15,12 @@
    * ``given`` — Platt scaling of a span's raw û on every dev span (label: a marked word in it),
      σ(logit(û_raw)/T + b); the red line ``flag`` where the characters it marks best match people's marks on
      WiCE dev (`red_line`: the mean IoU of Mu-SHROOM), refine's ``margin`` on the swap pairs;
-   * ``generated`` — the backbone's own answers to dev questions with their paragraph
-     (`spanuq.label.real_answers`), labelled against the gold answers: the answer's raw û_seq (its
-     least-backed span) mapped by Platt scaling onto "the answer is wrong" (``seq_temperature``,
-     ``seq_bias``); its spans keep the given mapping (what they read is the same: whether the sources
-     back them), its red line chosen on those answers.
+   * ``generated`` — the backbone's own answers to questions with their paragraph
+     (`spanuq.label.real_answers`), labelled against the gold answers: the answer's score reads how much of it
+     the sources do not back and how it stands to the question (`spanuq.reader.answer`), weighted by a logistic
+     regression on the train split's answers and mapped onto "the answer is wrong" on the dev ones
+     (`own_calibration`); its spans keep the given mapping (what they read is the same: whether the sources
+     back them).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import numpy as np
 import torch
 
 from ..config import Config
-from ..metrics.ece import expected_calibration_error, fit_platt, flag_threshold, pair_margin
+from ..metrics.ece import expected_calibration_error, fit_logistic, fit_platt, flag_threshold, pair_margin
 from ..metrics.uq import rank_auroc
 from ..model.calibration import Calibration
 from ..pipeline.cache import ItemCache
@@ -43,6 +44,7 @@ from .reader_rows import ItemRows, items_for, rows_for
 from ..reader.encoder import load_encoder
 from ..reader.features import FEATURES
 from ..reader.model import NetConfig, ReaderNet, with_neighbours
+from ..reader.answer import ANSWER_COLUMNS, answer_columns, answer_score
 from ..reader.spans import span_scores, spans_of
 
 log = logging.getLogger(__name__)
@@ -187,20 +189,39 @@ def given_calibration(net: ReaderNet, dev: list[ItemRows], columns: list[int], c
     return entry, info
 
 
-def own_calibration(reader_read, answers: list[dict], given: dict, cfg: Config) -> tuple[dict | None, dict]:
-    """The ``generated`` mapping from the backbone's own dev answers (module docstring); None with fewer than
-    10 answers or one class."""
-    rows = [a for a in answers if a["split"] == "dev" and a["answer"].strip()]
-    y = np.array([0.0 if a["right"] else 1.0 for a in rows])
-    if len(rows) < 10 or y.min() == y.max():
-        return None, {"answers": len(rows), "wrong": int(y.sum()), "why": "fewer than 10 answers or one class"}
-    raw = np.array([reader_read(a) for a in rows])
-    t, b = fit_platt(y, raw)
-    u = Calibration(temperature=t, bias=b).scores(raw)
+def own_calibration(read, answers: list[dict], given: dict, cfg: Config) -> tuple[dict | None, dict]:
+    """The ``generated`` mapping (module docstring): the answer's score (`spanuq.reader.answer`) weighted by a
+    logistic regression on the train split's own answers, then mapped onto "wrong" on the dev ones (Platt
+    scaling of that score); without train answers both on dev.  ``read(answer)``: its `Reading`.  None with
+    fewer than 10 dev answers or one class."""
+    def columns(split: str):
+        rows = [a for a in answers if a["split"] == split and a["answer"].strip()]
+        cols = []
+        for a in rows:
+            r = read(a)
+            cols.append(answer_columns(a["answer"], r.words, r.x, r.u_raw))
+        return np.array(cols).reshape(-1, len(ANSWER_COLUMNS)), np.array([0.0 if a["right"] else 1.0 for a in rows])
+
+    x_dev, y = columns("dev")
+    if len(y) < 10 or y.min() == y.max():
+        return None, {"answers": len(y), "wrong": int(y.sum()), "why": "fewer than 10 dev answers or one class"}
+    x_train, y_train = columns("train")
+    fit_on = "train" if len(y_train) >= 10 and 0 < y_train.sum() < len(y_train) else "dev"
+    x_fit, y_fit = (x_train, y_train) if fit_on == "train" else (x_dev, y)
+    mean, scale = x_fit.mean(0), x_fit.std(0) + 1e-6
+    w, b0 = fit_logistic(y_fit, (x_fit - mean) / scale, l2=1e-3)
+    fitted = {"seq_mean": [round(float(v), 6) for v in mean], "seq_scale": [round(float(v), 6) for v in scale],
+              "seq_weights": [round(float(v), 6) for v in w], "seq_offset": round(b0, 6)}
+    score = np.array([answer_score(c, fitted) for c in x_dev])
+    t, b = fit_platt(y, score)
+    u = Calibration(temperature=t, bias=b).scores(score)
     flag, flag_info = flag_threshold(y, u, cfg.evaluate.flag_precision, cfg.evaluate.positive_threshold, min_flagged=5)
-    entry = {**given, "seq_temperature": round(t, 6), "seq_bias": round(b, 6), "seq_flag": flag}
-    return entry, {"answers": len(rows), "wrong": int(y.sum()), "auroc": round(float(rank_auroc(y > 0.5, raw)), 4),
-                   "ece_before": round(expected_calibration_error(y, raw), 4),
+    entry = {**given, **fitted, "seq_columns": list(ANSWER_COLUMNS), "seq_temperature": round(t, 6),
+             "seq_bias": round(b, 6), "seq_flag": flag}
+    return entry, {"answers": len(y), "wrong": int(y.sum()), "weights_fitted_on": fit_on,
+                   "train_answers": int(len(y_train)), "auroc": round(float(rank_auroc(y > 0.5, score)), 4),
+                   **{f"auroc_{c}": round(float(rank_auroc(y > 0.5, x_dev[:, k])), 4) for k, c in enumerate(ANSWER_COLUMNS)},
+                   "ece_before": round(expected_calibration_error(y, score), 4),
                    "ece_after": round(expected_calibration_error(y, u), 4), "flag": flag_info}
 
 
@@ -226,7 +247,7 @@ def run_train_reader(cfg: Config, progress: bool = True) -> dict:
 
         reader = Reader(net)
         answers = list(iter_jsonl(answers_path))
-        read = lambda a: reader.read([p["text"] for p in a["sources"]], a["answer"], a["question"]).u_seq_raw  # noqa: E731
+        read = lambda a: reader.read([p["text"] for p in a["sources"]], a["answer"], a["question"])  # noqa: E731
         own, report["generated"] = own_calibration(read, answers, given, cfg)
         if own is not None:
             calibration["generated"] = own
