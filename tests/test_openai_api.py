@@ -128,7 +128,7 @@ def test_stream_chunks_carry_span_updates_and_end_equal_to_score(backbone_servic
 
 def test_a_greedy_answer_does_not_depend_on_what_the_server_served_before(backbone_service):
     """The same greedy request gives one answer cold and warm, streamed and not, after itself and after another
-    prompt (issue 64: the llama.cpp server reused the KV cache of the prefix a request shared with the one before,
+    prompt (the llama.cpp server reused the KV cache of the prefix a request shared with the one before,
     so a near tie flipped "2,417.5 metres" to "2,401.5 metres" between the first request and the next ones)."""
     url, _ = backbone_service
     other, prompt = "How tall is Mount Kosciuszko?", "How high is Mont Blanc?"

@@ -169,7 +169,7 @@ def test_spans_over_the_red_line_are_red_and_the_page_says_what_each_number_is()
 def test_the_validity_line_agrees_with_the_spans_listed():
     """The page lists a pasted answer's names, dates and numbers as spans of their own even where the query over
     them is under the probe's validity cut (`spanuq.score.facts`): the trial's page listed spans at validity 0.00
-    and 0.03 under a legend saying such spans are not shown (issue 64).  The line names the cut and, when spans
+    and 0.03 under a legend saying such spans are not shown.  The line names the cut and, when spans
     under it are listed, says which they are; when none is, it says only that the cut leaves spans out."""
     import html as html_lib
     import re

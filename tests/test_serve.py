@@ -220,7 +220,7 @@ def test_a_given_answer_is_scored_while_a_generation_waits_for_its_server(scorer
 
 
 def test_the_page_has_an_icon(service):
-    """A browser asks for /favicon.ico: the trial's console showed a 404 (issue 64)."""
+    """A browser asks for /favicon.ico: the trial's console showed a 404."""
     page = httpx.get(service).text
     assert '<link rel="icon" href="/favicon.svg" type="image/svg+xml">' in page
     for path in ("/favicon.svg", "/favicon.ico"):
@@ -231,7 +231,7 @@ def test_the_page_has_an_icon(service):
 
 @pytest.mark.browser
 def test_the_page_loads_in_a_browser_without_console_errors(service):
-    """Chromium loads the page and its icon: no failed request, no console error or warning (issue 64)."""
+    """Chromium loads the page and its icon: no failed request, no console error or warning."""
     from browser import chromium
 
     with chromium() as browser:

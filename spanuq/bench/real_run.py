@@ -28,6 +28,7 @@ from .real import (CONTROLS, NAMES, absent_words, char_scores, pair_outcome, sco
                    task_scores, word_chars, word_labels)
 
 PARTS = ("marked", "swaps", "own", "passages")
+CONTROL_PIECE = 4_000  # characters of a source the surprisal control reads as one passage
 
 
 def _request(it: RealItem, response: bool = True) -> dict:
@@ -56,12 +57,17 @@ def _spans(r: dict) -> list[tuple[int, int, float]]:
 
 def surprisal_words(uq, it: RealItem, answer: str, words: list[tuple[int, int]]) -> np.ndarray:
     """Per word, the backbone's surprisal of its tokens (summed) read after the sources — after every window of
-    them, the lowest (`spanuq.score.grounded.windows_for`: all of the sources, nothing focused)."""
-    from ..context.passages import as_passages
+    them, the lowest (`spanuq.score.grounded.windows_for`: all of the sources, nothing focused; a run of more than
+    `CONTROL_PIECE` characters without a space, which no window could hold, is read in pieces of that length)."""
+    from ..context.passages import Passage
     from ..score.grounded import windows_for
 
-    limits = uq.cfg.score.model_copy(update={"context_focus_tokens": 0})
-    passages = as_passages(it.sources, limits.max_context_chars, limits.max_context_passages)
+    limits = uq.cfg.score.model_copy(update={"context_focus_tokens": 0, "max_context_windows": 10_000})
+    passages = []
+    for k, p in enumerate(it.sources, 1):
+        text = p["text"]
+        for s in range(0, len(text), CONTROL_PIECE):
+            passages.append(Passage(f"{p.get('id', k)}:{s}", text[s: s + CONTROL_PIECE]))
     windows = windows_for(uq.tok, [{"role": "user", "content": it.question}], passages, uq.system_prompt,
                           uq.max_context, len(uq.tok(answer)["input_ids"]) + 1, limits)
     best = None

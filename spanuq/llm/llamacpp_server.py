@@ -4,7 +4,7 @@
 with one change: `llama_cpp.Llama.generate` starts each request from a clean state.  Left as it is, the server
 keeps the KV cache of the prefix a request shares with the request before it and decodes only the rest, so
 its float sums depend on what it served before: the same greedy request flipped a near tie ("2,417.5 metres"
-on the first request, "2,401.5 metres" on the next ones, issue 64) depending on whether the prompt before it
+on the first request, "2,401.5 metres" on the next ones) depending on whether the prompt before it
 shared its start.  Evaluated whole every time, a prompt's answer is the one a freshly started server gives,
 whatever came before it, streamed or not (llama.cpp's own server calls this ``cache_prompt: false``).  The
 cost: each prompt is read again, a fraction of the time its answer takes.
