@@ -12,9 +12,10 @@ hit all alike; a ratio is taken within each such round and the median over round
   * cold: sources no earlier call read (new ones in every round); warm: another question and answer about
     the sources just read (the backbone's KV cache of them is kept, ``score.prefix_cache``; docs/context.md).
 The sources are other pasted answers, as many as make --context-tokens tokens, read as the product reads them:
-focused on the question within ``score.context_focus_tokens`` (docs/context.md); ``--set
-score.context_focus_tokens=0`` reads every token of them.  The target: <= 2x on 2 cores.
-Without --model a random probe of the configured size is used (timings do not depend on the weights).
+all of them.  With ``--model shipped`` (make bench) the probe's with-sources reader reads them (MiniLM over every
+source sentence; the backbone writes its own answer after all of them); without --model a random probe of the
+configured size, with no reader, reads the answer after the sources with the backbone (timings do not depend on
+the weights).  The target: <= 2x on 2 cores.
 """
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ QUICK = {  # benchmark -> its arguments in `make bench`
     "openai": ["--prompts", "4", "--rounds", "1", "--max-tokens", "32"],
     "monitor": ["--rows", "266"],
     "facts": ["--n", "20"],
-    "grounded": ["--n", "4", "--repeats", "1"],
+    "grounded": ["--n", "4", "--repeats", "1", "--model", "shipped"],  # the shipped probe and its reader
 }
 SMOKE = {  # the same code at the smallest sizes: checks that `make bench` runs end to end, times nothing
     "generate": ["--prompts", "1", "--samples", "1", "--max-new-tokens", "8", "--backends", "llamacpp,server,hf"],

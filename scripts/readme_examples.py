@@ -3,8 +3,9 @@ the grounded example (an answer checked against its source): `docs/terminal_grou
 
     python scripts/readme_examples.py [--no-picture]
 
-The grounded example is ``docs/examples/grounded/`` (prompt, answer, source): ``spanuq score ... --context
-@source.txt``, and the page with the source pasted as the sources.
+The grounded example is ``docs/examples/grounded/`` (prompt, answer, source): a question of XQuAD's test split, its
+Wikipedia paragraph and the answer SmolLM2 wrote with it, scored as ``spanuq score ... --response @answer.txt
+--context @source.txt``, and the page with the paragraph pasted as the sources.
 
 The example is data: ``docs/examples/prompt.txt`` (the question) and ``docs/examples/answer.txt``
 (the answer to score, as a user pastes one).  The terminal example is ``spanuq score`` on them

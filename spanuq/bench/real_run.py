@@ -303,7 +303,8 @@ def markdown(record: dict) -> str:
         lines += [f"## The backbone's own answers with the paragraph: {o['answered']} of {o['questions']} questions, "
                   f"{o['wrong']} wrong; statuses {o['statuses']}", "",
                   f"AUROC of û_seq {_fmt(o['auroc']['spanuq'])} (words absent {_fmt(o['auroc']['absent'])}); "
-                  f"ECE {o['ece']}; answers at the red line {o['flagged_at_red_line']:.1%}.", ""]
+                  f"ECE {o['ece']}; answers whose û_seq is at or over the spans' red line "
+                  f"{o['flagged_at_red_line']:.1%}.", ""]
     if "passages" in record:
         p = record["passages"]
         lines += [f"## Which passage: {p['answers']} paragraph sentences read against every paragraph of their article: "

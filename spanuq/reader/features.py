@@ -21,7 +21,8 @@ punctuation mark) gets a row of `FEATURES`:
 * **the word itself** — punctuation, function word, number, capitalised, word pieces, its place in its
   sentence, how often the sources hold it, how many sentences the sources have.
 
-No feature reads the backbone: a reading that does is an extra column (`spanuq.reader.backbone`).
+No feature reads the backbone: its readings (surprisal with and without the sources) were measured as extra columns
+(`experiments/reader_readings.py`, docs/grounded.md "What was tried").
 """
 from __future__ import annotations
 

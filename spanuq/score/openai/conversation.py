@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from .records import ChatRequest, OpenAIError
 
 DOCUMENT = re.compile(r"<document(?P<attrs>[^>]*)>(?P<text>.*?)</document>", re.S | re.I)
+DOCUMENT_TAG = re.compile(r"</?document\b", re.I)  # a tag left after every closed block: unclosed or stray
 ATTR = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 
 
@@ -64,6 +65,10 @@ def sources(req: ChatRequest) -> tuple[list[dict], list[dict]]:
                 found.append({"id": attrs.get("id") or f"m{i}-doc{k}", "text": d.group("text").strip(),
                               **({"title": attrs["title"]} if attrs.get("title") else {})})
             text = DOCUMENT.sub("", text).strip()
+            if DOCUMENT_TAG.search(text):
+                raise OpenAIError(400, f"messages[{i}]: a <document> tag without its closing </document> (or the other "
+                                       "way round): its text would be read as instructions, not as a source",
+                                  "invalid_messages", f"messages[{i}]")
             if not text:
                 continue
         msgs.append({"role": "system" if m.role == "developer" else m.role, "content": text})
@@ -77,6 +82,10 @@ def sources(req: ChatRequest) -> tuple[list[dict], list[dict]]:
             if not given:
                 raise OpenAIError(400, f"`{key}` is an empty list: give at least one passage, or leave it out",
                                   "invalid_value", key)
+            for k, p in enumerate(given):
+                if not (isinstance(p, str) or isinstance(p, dict) and isinstance(p.get("text"), str)):
+                    raise OpenAIError(400, f"`{key}[{k}]` must be a string or {{text, id?, title?}} with `text` a "
+                                           f"string, not {type(p).__name__} {str(p)[:40]}", "invalid_value", f"{key}[{k}]")
             found += [p if isinstance(p, dict) else {"text": p} for p in given]
     return msgs, found
 

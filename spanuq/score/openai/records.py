@@ -40,6 +40,24 @@ class OpenAIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+def request_error(e) -> tuple[str | None, str]:
+    """(param, message) of a request pydantic refused, in the request's own terms: the field as a client writes it
+    (``messages[2].content``, not pydantic's ``messages.2.content.str``) and what it must be."""
+    err = e.errors()[0]
+    loc = list(err["loc"])
+    while loc and isinstance(loc[-1], str) and (loc[-1][:1].islower() and "[" in loc[-1] or loc[-1] in _TYPE_TAGS):
+        loc.pop()  # the union member pydantic tried (``str``, ``list[TextPart]``), not a field
+    where = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc).lstrip(".") or None
+    if len(loc) == 3 and loc[0] == "messages" and loc[2] == "content":
+        got = e.errors()[0].get("input")
+        return where, (f"{where} must be a string or a list of text parts "
+                       f"([{{\"type\": \"text\", \"text\": ...}}]), not {type(got).__name__}")
+    return where, f"{where or 'body'}: {err['msg']}"
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "literal_error"}
+
+
 # ------------------------------------------------------------------ requests
 class TextPart(BaseModel):
     model_config = ConfigDict(extra="allow")

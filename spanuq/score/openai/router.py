@@ -37,7 +37,7 @@ from ..worker import QueueFull, StreamJob, loop_emitter
 from .conversation import Conversation, conversation, visible
 from .engines import Upstream, backbone_complete, backbone_text, greedy_only
 from .records import (ChatRequest, OpenAIError, ProbeInfo, chunk, completion, completion_id, extension, model_card,
-                      usage)
+                      request_error, usage)
 
 log = logging.getLogger(__name__)
 HEADER = "x-spanuq"
@@ -232,9 +232,8 @@ def install(app: FastAPI, uq, worker, scfg, upstream: Upstream | None = None, pr
         except RecursionError:
             raise OpenAIError(400, "the request body nests JSON too deeply", "invalid_body") from None
         except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(map(str, err["loc"])) or None
-            raise OpenAIError(400, f"{where or 'body'}: {err['msg']}", "invalid_value", where) from None
+            where, message = request_error(e)
+            raise OpenAIError(400, message, "invalid_value", where) from None
         req.refuse_unsupported()
         if upstream is None and req.model != served:
             raise OpenAIError(404, f"The model `{req.model}` does not exist; this server serves `{served}` "

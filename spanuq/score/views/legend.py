@@ -18,8 +18,7 @@ TIP = {  # what a span's û is, in the few words of its tooltip, per answer sour
 TIP_UNCALIBRATED = "read as if the backbone had written this answer (rank, do not read)"
 NU_LINE = "ν: how sure the probe is of û itself (the precision of its Beta; higher = û is firmer)"
 VALIDITY_LINE = "validity: how likely the probe's query found a real claim here"  # and the cut: `validity_line`
-WITH_SOURCES = ("û with sources = chance the sources, as the backbone reads them, do not back this span "
-                "(red: contradicted or not supported by them)")
+WITH_SOURCES = "û with sources = chance the sources do not back this span (red: likely not backed by them)"
 HOW_TO_CHOOSE = "choose with --model shipped | DIR | models:/spanuq-<backbone>@champion"
 
 
