@@ -31,7 +31,7 @@ class Reading:
     groups: list[list[int]]  # word indices of each span
     spans: list[tuple[int, int]]  # characters of each span
     u_raw: np.ndarray  # per span: the highest p of its words
-    passage: list[int]  # per span: the passage of the source piece most like its best-backed word
+    passage: list[int]  # per span: the passage of the source piece most like its best-backed content word
     x: np.ndarray  # the words' feature rows (`spanuq.reader.features.FEATURES`)
 
     @property
@@ -64,6 +64,8 @@ class Reader:
         groups = spans_of(answer, rows.words, entities)
         spans = [(rows.words[g[0]][0], rows.words[g[-1]][1]) for g in groups]
         u = span_scores(p, groups)
-        # a span was read against the passage of its best-backed word's closest source piece
-        passage = [rows.passage[min(g, key=lambda i: p[i])] for g in groups]
+        # a span was read against the passage of its best-backed content word's closest source piece (a function
+        # word it leads with, "in" of "in 1925", is like every passage alike)
+        function = rows.x[:, FEATURES.index("function")] > 0.5 if rows.words else np.zeros(0, bool)
+        passage = [rows.passage[min([i for i in g if not function[i]] or g, key=lambda i: p[i])] for g in groups]
         return Reading(rows.words, p, groups, spans, u, passage, rows.x)
