@@ -21,8 +21,8 @@ punctuation mark) gets a row of `FEATURES`:
 * **the word itself** — punctuation, function word, number, capitalised, word pieces, its place in its
   sentence, how often the sources hold it, how many sentences the sources have.
 
-No feature reads the backbone: its readings (surprisal with and without the sources) were measured as extra columns
-(`experiments/reader_readings.py`, docs/grounded.md "What was tried").
+No feature reads the backbone: its readings (surprisal with and without the sources) are an experiment's extra
+columns (`experiments/reader_readings.py`, docs/grounded.md "What was tried"), not the product's.
 """
 from __future__ import annotations
 
