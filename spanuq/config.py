@@ -336,6 +336,8 @@ class TrainConfig(_Section):
     # dev each epoch and kept (DINO's model EMA); null: the raw weights, as the paper
     ema_decay: float | None = None
     seed: int = 0
+    # probes trained from seeds seed·M .. seed·M + M − 1 and read as one (`spanuq.train.members`); 1: the paper's
+    members: int = Field(1, ge=1)
     num_threads: int | None = None
     device: str = "auto"
     # which of the label stage's given answers (`label.given_swaps`, `label.given_templates`, on the splits

@@ -94,6 +94,7 @@ def test_dvc_repro_runs_the_six_stages_end_to_end_and_reruns_only_what_a_param_t
     repo = _copy_repo(repo_root, tmp_path / "repo", {
         "prompts.n_prompts": 12, "prompts.grounded": 0, "generate.n_samples": 2, "generate.max_new_tokens": 24,
         "generate.sample_max_new_tokens": 24, "train.warmup_epochs": 2, "train.joint_epochs": 2,
+        "train.members": 2,  # the default's ensemble, of two (trained side by side)
         "evaluate.bootstrap": 20, "baselines.cost_answers": 1,  # one answer's decoding timed, not three
         # the reader's stages on a few real items (tests/conftest.py TINY): they run, their numbers mean little
         "reader.sets": {"wice": {"train": 3, "dev": 2}, "swaps": {"train": 6, "dev": 4},
@@ -108,6 +109,7 @@ def test_dvc_repro_runs_the_six_stages_end_to_end_and_reruns_only_what_a_param_t
     metrics = json.loads((root / "metrics.json").read_text())
     assert metrics["n_responses"] >= 1 and "spanuq" in metrics  # the floors are the baselines stage's (below)
     assert (root / "probe/model.safetensors").exists() and (root / "plots/eval/examples.png").exists()
+    assert len(metrics["spanuq"]["members_alone"]["span_auroc"]) == 2  # each member alone, beside the ensemble
     assert json.loads((root / "runs/train.json").read_text())["registered_model"] == "spanuq-smollm2-135m"
     base = json.loads((root / "baselines/metrics.json").read_text())
     assert set(base["methods"]) == {"surface_prior", "token_entropy", "mlp_probe", "verbalized", "p_true", "selfcheck_nli",

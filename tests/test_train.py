@@ -9,7 +9,8 @@ import pytest
 from spanuq.evaluate.scoring import all_span_scores
 from spanuq.model.checkpoint import load_checkpoint, save_checkpoint
 from spanuq.model.postprocess import predict
-from spanuq.train.stage import calibrate_on_dev, dev_score, evaluate_model, train_probe
+from spanuq.train.loop import dev_score, evaluate_model, train_probe
+from spanuq.train.stage import calibrate_on_dev
 from test_probe import TINY, synthetic_examples
 
 

@@ -28,6 +28,7 @@ from ..features.dataset import ResponseExample, answers, load_examples
 from ..llm.loading import resolve_device
 from ..model.calibration import Calibration
 from ..model.checkpoint import load_checkpoint
+from ..model.ensemble import ProbeEnsemble
 from ..model.postprocess import Answer, Prediction, token_span_to_chars
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
@@ -105,6 +106,11 @@ def run_evaluate(cfg: Config, progress: bool = True) -> Path:
 
     rows = {"spanuq": probe_metrics}
     n_spans = int(sum(len(e.u) for e in test))
+    if isinstance(ckpt.probe, ProbeEnsemble):  # each member alone on the same spans: what one probe would have read
+        probe_metrics["members_alone"] = {"seeds": ckpt.extra.get("member_seeds"), "span_auroc": [
+            metric_value(evaluate_probe(cfg, m, ckpt.calibration, test, device, test_answers,
+                                        window=window_length(ckpt.extra, cfg.generate.max_new_tokens))[0], "span", "auroc")
+            for m in ckpt.probe.members]}
     metrics = {"backbone": cfg.backbone.name, "split": "test", "n_responses": len(test), "n_spans": n_spans,
                "probe": {"n_parameters": ckpt.probe.num_parameters(), "from": str(fit.probe), **ckpt.extra,
                          **ckpt.calibration.as_dict()},

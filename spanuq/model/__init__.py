@@ -7,5 +7,6 @@
 * ``span_ops.py``: 1-D span geometry, the interval analogue of detr's ``box_ops``;
 * ``postprocess.py``: the one post-processing step, probe outputs → shown spans (detr's ``PostProcess``),
   with the dev-fitted `Calibration` (``calibration.py``);
-* ``checkpoint.py``: safetensors + JSON checkpoints.
+* ``ensemble.py``: `ProbeEnsemble`, probes of several seeds read as one (member 0's spans, the members' û);
+* ``checkpoint.py``: safetensors + JSON checkpoints (one probe or an ensemble).
 """

@@ -1,5 +1,5 @@
 """Probe checkpoints: ``model.safetensors`` (weights) + ``config.json`` (ProbeConfig, d_model,
-the dev-fitted `Calibration`, extras).
+the dev-fitted `Calibration`, extras; ``members`` for a `ProbeEnsemble`).
 
 No pickle anywhere: weights go through ``safetensors.torch`` and metadata through JSON.
 """
@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from ..config import ProbeConfig
 from .calibration import Calibration
+from .ensemble import ProbeEnsemble
 from .probe import SpanUQProbe
 
 FORMAT_VERSION = 2  # 2: the calibration has its own entry (1 kept temperature and threshold in ``extra``)
@@ -25,13 +26,13 @@ CONFIG = "config.json"
 class Checkpoint:
     """A loaded probe with what it was trained and calibrated with."""
 
-    probe: SpanUQProbe  # in eval mode
+    probe: SpanUQProbe | ProbeEnsemble  # in eval mode
     calibration: Calibration
     d_model: int
     extra: dict = field(default_factory=dict)  # JSON-safe facts: backbone, layers, system prompt, best epoch, ...
 
 
-def save_checkpoint(model: SpanUQProbe, cfg: ProbeConfig, d_model: int, path_dir: str | Path,
+def save_checkpoint(model: SpanUQProbe | ProbeEnsemble, cfg: ProbeConfig, d_model: int, path_dir: str | Path,
                     calibration: Calibration | None = None, extra: dict | None = None) -> Path:
     """Write ``path_dir/model.safetensors`` and ``path_dir/config.json``; returns ``path_dir``.
 
@@ -44,6 +45,8 @@ def save_checkpoint(model: SpanUQProbe, cfg: ProbeConfig, d_model: int, path_dir
     (path / WEIGHTS).write_bytes(stable_safetensors(state, {"format": "spanuq-probe", "version": str(FORMAT_VERSION)}))
     meta = {"format_version": FORMAT_VERSION, "d_model": int(d_model), "probe": cfg.model_dump(),
             "calibration": (calibration or Calibration()).as_dict(), "extra": extra or {}}
+    if isinstance(model, ProbeEnsemble):  # its weights are members.<m>.<name>
+        meta["members"] = len(model.members)
     (path / CONFIG).write_text(json.dumps(meta, indent=2, sort_keys=True))
     return path
 
@@ -103,7 +106,9 @@ def load_checkpoint(path_dir: str | Path, device: str | torch.device = "cpu") ->
     elif version != FORMAT_VERSION:
         raise ValueError(f"{path}: unsupported checkpoint format {version!r}")
     cfg = ProbeConfig.model_validate(meta["probe"])
-    model = SpanUQProbe(cfg, meta["d_model"])
+    n = int(meta.get("members", 1))
+    model = SpanUQProbe(cfg, meta["d_model"]) if n == 1 else \
+        ProbeEnsemble([SpanUQProbe(cfg, meta["d_model"]) for _ in range(n)])
     model.load_state_dict(load_file(str(path / WEIGHTS), device=str(device)), strict=True)
     return Checkpoint(model.to(device).eval(), Calibration.from_dict(meta["calibration"]), int(meta["d_model"]),
                       meta.get("extra", {}))

@@ -16,7 +16,7 @@ from ..pipeline.files import read_json
 from ..pipeline.paths import StagePaths
 from .mushroom import report_tables as mushroom_tables
 from .render import write_report
-from .tables import (METHODS, ablation_table, cost_table, detection_table, display_name, method_rows,
+from .tables import (METHODS, ablation_table, cost_table, detection_table, display_name, members_note, method_rows,
                      per_domain_table, sequence_table, span_table)
 
 
@@ -61,7 +61,7 @@ def summary(evaluation: dict, baselines: dict) -> str:
     rows = {k: v for k, v in method_rows(evaluation, baselines).items() if "span" in v}
     return (f"{evaluation.get('backbone')}, {evaluation.get('split')} split: {evaluation.get('n_responses')} responses, "
             f"{evaluation.get('n_spans')} labelled spans (span metrics over every labelled span)\n"
-            f"{format_table(rows)}")
+            f"{format_table(rows)}" + "".join(f"\n{line}" for line in members_note(evaluation.get("spanuq") or {})))
 
 
 def run_report(cfg: Config, progress: bool = True) -> Path:

@@ -93,6 +93,17 @@ def _unavailable(row: dict, n_cols: int) -> list[str]:
     return [f"not run: {row['unavailable']}"] + ["–"] * (n_cols - 1)
 
 
+def members_note(spanuq: dict) -> list[str]:
+    """A line on SpanUQ's members (`train.members`), when it is an ensemble: what each would read alone."""
+    alone = spanuq.get("members_alone") or {}
+    values = [v for v in alone.get("span_auroc") or [] if v is not None]
+    if not values:
+        return []
+    seeds = alone.get("seeds") or []
+    return [f"SpanUQ is {len(values)} probes (training seeds {', '.join(map(str, seeds))}) read as one; each alone "
+            f"reads span AUROC {min(values):.3f}–{max(values):.3f} on the same spans (one probe is one draw of these)."]
+
+
 def span_table(rows: dict[str, dict]) -> Table:
     h = ["Method", "AUROC", "neg", "MAE", "ρ_s", "Pearson", "ECE", "ECE cal", "pair acc", "spans"]
     body = []
@@ -107,7 +118,7 @@ def span_table(rows: dict[str, dict]) -> Table:
     return with_wide_note(Table("Span level (Tab. 1): every labelled span of the test split", h, body, [
         "* oracle span boundaries.  Sequence- and claim-level methods broadcast their score to the answer's spans.",
         "SpanUQ's span metrics are those of the evaluate stage (its rule for labelled spans without a kept "
-        "prediction is in its metrics.json)."]))
+        "prediction is in its metrics.json).", *members_note(rows.get("spanuq") or {})]))
 
 
 def sequence_table(rows: dict[str, dict]) -> Table:

@@ -5,9 +5,9 @@ it holds), so a crash, a NaN loss or an out-of-memory kill ends this trial only.
 
 1. opens trial ``--trial-id`` of the study and reads its configuration (Optuna's
    ``suggest_categorical`` over the sweep's space: queued params come back as queued);
-2. trains with `spanuq.train.stage.train_probe` on the backbone's extracted features, reporting
+2. trains with `spanuq.train.loop.train_probe` on the backbone's extracted features, reporting
    the dev span AUROC of every epoch to Optuna, which may prune the trial;
-3. evaluates the best epoch on dev and test with `spanuq.train.stage.evaluate_model` (the span
+3. evaluates the best epoch on dev and test with `spanuq.train.loop.evaluate_model` (the span
    metrics over every labelled span), saves the checkpoint (safetensors) and logs it all
    to an MLflow run nested under the sweep's parent run (the checkpoint as artifacts ``probe/``:
    the coordinator registers the best one from there, whichever machine trained it);
@@ -89,7 +89,7 @@ def run_trial(spec: SweepSpec, storage_url: str, trial_id: int, out_dir: Path,
     from ..llm.loading import resolve_device
     from ..model.checkpoint import save_checkpoint
     from ..pipeline import tracking
-    from ..train.stage import evaluate_model, train_probe, uncalibrated
+    from ..train.loop import evaluate_model, train_probe, uncalibrated
     from .slots import node_name, visible_slots
     from .study import open_study
 

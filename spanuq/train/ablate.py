@@ -2,8 +2,8 @@
 
 Every row of params.yaml ``ablate.rows`` is a name plus dotted overrides of the
 config (``{"probe.ucir": false}``, `spanuq.config.apply_overrides`); each is trained with
-`spanuq.train.stage.train_probe` on the same train/dev split and scored on the same test split
-with `spanuq.train.stage.evaluate_model` (the metrics of the evaluate stage), so the rows differ only by their switches.
+`spanuq.train.loop.train_probe` on the same train/dev split and scored on the same test split
+with `spanuq.train.loop.evaluate_model` (the metrics of the evaluate stage), so the rows differ only by their switches.
 ``ablate.warmup_epochs`` / ``joint_epochs`` shorten every row alike.
 
 Writes ``data/<backbone>/ablation/ablation.json`` (every row's metrics and config
@@ -55,7 +55,8 @@ def ablate_rows(cfg: Config, rows, train: list, dev: list, test: list, progress:
     threshold for F1, guarded temperature) and score it on ``test`` as the evaluate stage does
     (word-snapped spans with ``tokenizer``); one result dict per row.  Rows found in ``done``
     with the same overrides are kept, not retrained (a resumed run)."""
-    from .stage import calibrate_on_dev, evaluate_model, train_probe
+    from .loop import evaluate_model, train_probe
+    from .stage import calibrate_on_dev
 
     key = lambda name, overrides: (name, repr(sorted(overrides.items())))  # noqa: E731
     dev_answers, test_answers = answers(tokenizer, dev), answers(tokenizer, test)  # one tokenisation each

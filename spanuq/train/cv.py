@@ -64,7 +64,8 @@ def cv_rows(cfg: Config, names: list[str] | None) -> list[AblateRow]:
 def _fold_scores(cfg: Config, row: AblateRow, tr, dev, held, dev_answers, held_answers, sample_rank) -> dict:
     from ..evaluate.stage import evaluate_probe
     from ..metrics.uq import metric_value
-    from .stage import calibrate_on_dev, train_probe
+    from .loop import train_probe
+    from .stage import calibrate_on_dev
 
     rcfg = apply_overrides(cfg, row.set)
     tr_row = [e for e in tr if sample_rank.get(e.prompt_id, -1) < rcfg.label.sample_answers]

@@ -1,95 +1,42 @@
-"""Two-phase training of the SpanUQ probe (paper §3.2, §4.2).
+"""The `train` stage: labels + features → the probe (`train.members` of them), calibrated on dev.
 
-Warm-up epochs train span detection only (L_reg + L_val); joint epochs add the
-MoB NLL, ranking, consistency and UCIR terms.  AdamW + cosine annealing, early
-stopping on the dev span AUROC over *every* labelled span (`evaluate.scoring`:
-a probe cannot look better by finding fewer, easier spans; patience counted in
-the joint phase, where û is trained), seeded and deterministic on CPU.
-
-After training, two things are fitted on dev and stored with the checkpoint
-(`calibrate_on_dev`): the validity threshold of kept spans (best detection F1)
-and a temperature T for û (σ(logit(û)/T), minimising the soft-label NLL of every
-labelled dev span, kept only if it also lowers the NLL of held-out dev answers in
-a cross-validation), which every prediction then applies by default.  The best
-epoch is saved as a safetensors checkpoint + JSON config, logged to MLflow and
-registered as ``spanuq-<backbone>``; the ``champion`` alias moves only if the
-same all-span dev AUROC improves.
+The probe (or each member) is trained by `spanuq.train.loop.train_probe`.  After training, two
+things are fitted on dev and stored with the checkpoint (`calibrate_on_dev`): the validity threshold
+of kept spans (best detection F1) and a temperature T for û (σ(logit(û)/T), minimising the
+soft-label NLL of every labelled dev span, kept only if it also lowers the NLL of held-out dev
+answers in a cross-validation), which every prediction then applies by default.  The checkpoint
+is saved as safetensors + JSON config, logged to MLflow and registered as ``spanuq-<backbone>``;
+the ``champion`` alias moves only if the same all-span dev AUROC improves.
 """
 from __future__ import annotations
 
-import copy
 import logging
-import math
 import os
-import random
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..config import Config, scoring_settings
 from ..metrics.ece import fit_temperature, flag_threshold
 from ..metrics.uq import metric_value
-from ..evaluate.scoring import all_span_scores, evaluate_predictions
-from ..features.dataset import ResponseExample, answers, collate, input_stats, load_examples, training_examples
+from ..evaluate.scoring import all_span_scores
+from ..features.dataset import ResponseExample, answers, load_examples, training_examples
 from ..llm.loading import resolve_device
 from ..llm.presets import fused_layers
 from ..model.calibration import Calibration
 from ..model.checkpoint import save_checkpoint
-from ..model.losses import SetCriterion
-from ..model.matcher import HungarianMatcher
 from ..model.postprocess import Answer, predict, select_spans
-from ..model.probe import SpanUQProbe
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
 from .context_calibration import calibrate_generated_with_context, split_context
 from .given_calibration import calibrate_given
+from .loop import dev_summary, evaluate_model, uncalibrated
+from .members import train_members
 
 log = logging.getLogger(__name__)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-
-
-def dev_score(metrics: dict, select: str = "auroc") -> float:
-    """Model-selection score on dev.
-
-    ``auroc`` (the paper): span AUROC, or Spearman ρ_s when AUROC is undefined (one class).
-    ``auroc-mae``: AUROC − MAE, which also rewards calibration; on a dev split of a few
-    dozen spans AUROC alone is noisy and stops at the first lucky joint epoch, before
-    the Mixture-of-Beta means have converged.
-    """
-    score = -math.inf
-    for key in ("auroc", "spearman"):
-        v = metric_value(metrics, "span", key)
-        if v is not None:
-            score = float(v)
-            break
-    if select == "auroc-mae" and math.isfinite(score):
-        mae = metric_value(metrics, "span", "mae")
-        score -= float(mae) if mae is not None else 1.0
-    return score
-
-
-def uncalibrated(cfg: Config) -> Calibration:
-    """What a probe is shown with before `calibrate_on_dev`: raw û, ``evaluate.validity_threshold``."""
-    return Calibration(1.0, cfg.evaluate.validity_threshold, cfg.evaluate.dup_iou)
-
-
-def evaluate_model(model, examples: list[ResponseExample], cfg: Config, device, calibration: Calibration | None = None,
-                   answer_texts: list[Answer | None] | None = None, bootstrap: int = 0) -> dict:
-    """Metrics of the model's predictions with ``calibration`` (default: `uncalibrated`);
-    ``answer_texts`` (`features.dataset.answers`) grow spans to whole words as the product does."""
-    preds = predict(model, examples, calibration or uncalibrated(cfg), answer_texts, batch_size=cfg.train.batch_size,
-                    device=device)
-    return evaluate_predictions(preds, examples, cfg.evaluate, bootstrap=bootstrap)
 
 
 def cross_validated_temperature(u_true: list[np.ndarray], u_raw: list[np.ndarray], folds: int = 5,
@@ -167,93 +114,6 @@ def calibrate_on_dev(model, dev: list[ResponseExample], cfg: Config, device,
     return calibration, info
 
 
-def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExample],
-                progress: bool = True, on_epoch=None) -> tuple[SpanUQProbe, dict]:
-    """Train and return (best model, history). `on_epoch(epoch, metrics)` is called each epoch."""
-    tc = cfg.train
-    seed_everything(tc.seed)
-    if tc.num_threads:
-        torch.set_num_threads(tc.num_threads)
-    device = resolve_device(tc.device)
-    d_model = train[0].h.shape[1]
-    model = SpanUQProbe(cfg.probe, d_model)
-    if cfg.probe.standardize:
-        model.set_input_stats(*input_stats(train, cfg.probe.use_entropy, cfg.probe.use_surprisal))
-    model = model.to(device)
-    criterion = SetCriterion(cfg.loss, HungarianMatcher.from_config(cfg.loss), seed=tc.seed)
-    ema = None
-    if tc.ema_decay:  # θ̄ ← d·θ̄ + (1 − d)·θ after every step; buffers (input statistics) are copied
-        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-
-        ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(tc.ema_decay))
-    kept = ema.module if ema is not None else model  # what dev sees and what is returned
-    opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
-    epochs = tc.warmup_epochs + tc.joint_epochs
-    steps_per_epoch = math.ceil(len(train) / tc.batch_size)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
-    gen = torch.Generator().manual_seed(tc.seed)
-    best, best_score, best_epoch, bad = None, -math.inf, -1, 0
-    history: list[dict] = []
-    bar = tqdm(range(epochs), desc="train", unit="epoch", disable=not progress)
-    for epoch in bar:
-        phase = "warmup" if epoch < tc.warmup_epochs else "joint"
-        model.train()
-        order = torch.randperm(len(train), generator=gen).tolist()
-        sums: dict[str, float] = {}
-        t0 = time.perf_counter()
-        for s in range(0, len(order), tc.batch_size):
-            batch = collate([train[i] for i in order[s: s + tc.batch_size]]).to(device)
-            out = model(batch.h, batch.entropy if cfg.probe.use_entropy else None, batch.mask, batch.lengths,
-                        targets=batch.targets,  # targets: denoising queries (probe.dn_groups)
-                        surprisal=batch.surprisal if cfg.probe.use_surprisal else None)
-            loss, parts = criterion(out, batch.targets, phase=phase, lengths=batch.lengths)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if tc.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-            opt.step()
-            sched.step()
-            if ema is not None:
-                ema.update_parameters(model)
-            for k, v in parts.items():
-                sums[k] = sums.get(k, 0.0) + v
-        n_steps = max(1, steps_per_epoch)
-        row = {"epoch": epoch + 1, "phase": phase, "seconds": round(time.perf_counter() - t0, 2),
-               "lr": opt.param_groups[0]["lr"], **{f"train_{k}": v / n_steps for k, v in sums.items()}}
-        dev_metrics = evaluate_model(kept, dev, cfg, device) if dev else None
-        if dev_metrics:
-            row.update(dev_summary(dev_metrics, "auroc", "mae", "spearman", "f1", "coverage"))
-        history.append(row)
-        if on_epoch:
-            on_epoch(epoch + 1, row)
-        bar.set_postfix(loss=f"{row.get('train_loss', float('nan')):.3f}", auroc=row.get("dev_auroc"))
-        if phase == "warmup":
-            continue
-        score = dev_score(dev_metrics, tc.select) if dev_metrics else -row.get("train_loss", 0.0)
-        if score > best_score or best is None:
-            best_score, best_epoch, bad = score, epoch + 1, 0
-            best = copy.deepcopy(kept.state_dict())
-        else:
-            bad += 1
-            if bad >= tc.patience:
-                log.info("early stopping at epoch %d (best %d)", epoch + 1, best_epoch)
-                break
-    if best is not None:
-        model.load_state_dict(best)
-    model.eval()
-    return model, {"history": history, "best_epoch": best_epoch, "best_dev_score": best_score,
-                   "epochs_run": len(history), "n_parameters": model.num_parameters()}
-
-
-DEV_METRICS = {"auroc": ("span", "auroc"), "mae": ("span", "mae"), "spearman": ("span", "spearman"),
-               "f1": ("detection", "f1"), "coverage": ("coverage",), "pair_accuracy": ("span", "pair_accuracy")}
-
-
-def dev_summary(metrics: dict | None, *names: str) -> dict[str, float | None]:
-    """``{"dev_<name>": value}`` of the named `DEV_METRICS` (None without dev metrics)."""
-    return {f"dev_{n}": metric_value(metrics, *DEV_METRICS[n]) if metrics else None for n in names}
-
-
 def run_train(cfg: Config, progress: bool = True) -> Path:
     """DVC/Prefect entry point: labels + features → probe checkpoint, report, MLflow run."""
     from ..label.answer_ids import is_given
@@ -278,9 +138,9 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
     t0 = time.perf_counter()
     with tracking.start_run(cfg, run_name=f"train-{cfg.backbone.name}", tags={"stage": "train"}) as run:
         tracking.log_config(cfg)
-        model, info = train_probe(cfg, train, dev, progress,
-                                  on_epoch=lambda e, row: tracking.log_metrics(
-                                      {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "epoch"}, step=e))
+        model, info = train_members(cfg, train, dev, progress,
+                                    on_epoch=lambda e, row: tracking.log_metrics(
+                                        {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "epoch"}, step=e))
         seconds = time.perf_counter() - t0
         device = resolve_device(cfg.train.device)
         dev_answers = answers(tokenizer, dev)
@@ -299,15 +159,19 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
                   "train_dropped_unplaced": dropped, **calib,
                   "train_spans": int(sum(len(e.u) for e in train)),
                   "best_epoch": info["best_epoch"], "epochs_run": info["epochs_run"],
-                  "n_parameters": info["n_parameters"], **summary}
+                  "n_parameters": info["n_parameters"], **summary,
+                  **({"members": [{k: m[k] for k in ("seed", "best_epoch", "epochs_run")} for m in info["members"]]}
+                     if "members" in info else {})}
         # how this run went (seconds, the MLflow run, the registry's version): the run log, not the report
         run_log = {"seconds": round(seconds, 1), "epoch_seconds": [r["seconds"] for r in info["history"]],
-                   "mlflow_run_id": run.info.run_id}
+                   "mlflow_run_id": run.info.run_id,
+                   **({"member_seconds": [m["seconds"] for m in info["members"]]} if "members" in info else {})}
         save_checkpoint(model, cfg.probe, train[0].h.shape[1], paths.probe, calibration,
                         extra={"backbone": cfg.backbone.name, "layers": fused_layers(cfg),
                                "system_prompt": cfg.backbone.system_prompt,
                                "scoring": scoring_settings(cfg),  # what SpanUQ.load scores it with
                                "best_epoch": info["best_epoch"], "dev_auroc": dev_auroc,
+                               **({"member_seeds": [m["seed"] for m in info["members"]]} if "members" in info else {}),
                                # the answers' budget (none was longer): longer ones are read in windows of it
                                "window_tokens": cfg.generate.max_new_tokens})
         write_json(paths.probe / "history.json", [{k: v for k, v in r.items() if k != "seconds"}

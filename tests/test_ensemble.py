@@ -1,0 +1,84 @@
+"""A few probes read as one: member 0 finds the spans, every member scores them (train.members)."""
+import numpy as np
+import pytest
+import torch
+
+from spanuq.model.checkpoint import load_checkpoint, save_checkpoint
+from spanuq.model.ensemble import ProbeEnsemble, member_reading
+from spanuq.model.postprocess import predict
+from spanuq.model.probe import SpanUQProbe
+from spanuq.train.members import member_seeds, train_members
+from test_probe import TINY, synthetic_examples
+from test_train import _cfg
+
+
+def probe(seed: int) -> SpanUQProbe:
+    torch.manual_seed(seed)
+    return SpanUQProbe(TINY, 32).eval()
+
+
+def test_a_member_scores_a_span_by_its_overlapping_valid_queries_else_by_its_answer_score():
+    spans = torch.tensor([[[0.0, 0.2], [0.5, 0.6], [0.9, 1.0]]])  # member 0's three queries
+    member = {"spans": torch.tensor([[[0.0, 0.2], [0.0, 0.1], [0.5, 0.6]]]),
+              "validity_logits": torch.tensor([[0.0, 0.0, -40.0]]),  # p = 0.5, 0.5, ~0
+              "u": torch.tensor([[0.8, 0.2, 0.9]]), "u_seq": torch.tensor([0.3])}
+    u = member_reading(spans, member)[0]
+    # query 0: IoU 1 with a (p .5, û .8) and 0.5 with b (p .5, û .2): (0.5·0.8 + 0.25·0.2) / 0.75
+    assert u[0].item() == pytest.approx((0.5 * 0.8 + 0.25 * 0.2) / 0.75)
+    assert u[1].item() == pytest.approx(0.3)  # only a query of p ≈ 0 overlaps: the member's û_seq
+    assert u[2].item() == pytest.approx(0.3)  # nothing overlaps: the member's û_seq
+
+
+def test_the_ensemble_shows_member_zeros_spans_with_the_members_mean_reading():
+    items = synthetic_examples(3, seed=2)
+    one, two = probe(0), probe(1)
+    ens = ProbeEnsemble([one, two]).eval()
+    from spanuq.model.calibration import Calibration
+
+    a, e = predict(one, items, Calibration()), predict(ens, items, Calibration())
+    for pa, pe in zip(a, e):
+        assert np.array_equal(pa.spans, pe.spans) and np.array_equal(pa.validity, pe.validity)
+        assert np.array_equal(pa.keep, pe.keep)
+        assert not np.allclose(pa.u_raw, pe.u_raw)  # the second member reads too
+    alone = predict(ProbeEnsemble([one]).eval(), items, Calibration())
+    assert all(np.allclose(x.u_raw, y.u_raw) and x.u_seq == pytest.approx(y.u_seq) for x, y in zip(a, alone))
+    with pytest.raises(RuntimeError, match="reads"):
+        ens.train()(torch.zeros(1, 4, 32), None, torch.ones(1, 4, dtype=torch.bool), torch.tensor([4]))
+
+
+def test_an_ensemble_checkpoint_is_one_safetensors_file_and_loads_back(tmp_path):
+    items = synthetic_examples(2, seed=3)
+    ens = ProbeEnsemble([probe(0), probe(1), probe(2)]).eval()
+    save_checkpoint(ens, TINY, 32, tmp_path / "probe")
+    loaded = load_checkpoint(tmp_path / "probe")
+    assert isinstance(loaded.probe, ProbeEnsemble) and len(loaded.probe.members) == 3
+    from spanuq.model.calibration import Calibration
+
+    x, y = predict(ens, items, Calibration()), predict(loaded.probe, items, Calibration())
+    assert all(np.array_equal(p.u_raw, q.u_raw) for p, q in zip(x, y))
+    assert [p.name for p in (tmp_path / "probe").iterdir()] and not list((tmp_path / "probe").glob("*.pt"))
+    single = load_checkpoint(save_checkpoint(probe(0), TINY, 32, tmp_path / "single"))
+    assert isinstance(single.probe, SpanUQProbe)
+
+
+def test_members_are_trained_in_processes_of_their_own_from_seeds_no_other_ensemble_shares(make_cfg):
+    assert member_seeds(0, 3) == [0, 1, 2] and member_seeds(1, 3) == [3, 4, 5] and member_seeds(7, 1) == [7]
+    cfg = _cfg(make_cfg, warmup_epochs=1, joint_epochs=1, patience=10, members=2, num_threads=1)
+    train, dev = synthetic_examples(8), synthetic_examples(4, seed=1)
+    model, info = train_members(cfg, train, dev, progress=False)
+    assert isinstance(model, ProbeEnsemble) and [m["seed"] for m in info["members"]] == [0, 1]
+    # member 1 is the probe seed 1 trains alone, on one thread as in its worker
+    from spanuq.train.loop import train_probe
+
+    alone, _ = train_probe(_cfg(make_cfg, warmup_epochs=1, joint_epochs=1, patience=10, seed=1, num_threads=1),
+                           train, dev, progress=False)
+    got, want = model.members[1].state_dict(), alone.state_dict()
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_the_report_says_what_each_member_reads_alone():
+    from spanuq.report.tables import members_note
+
+    assert members_note({"span": {}}) == []  # one probe: nothing to say
+    line, = members_note({"members_alone": {"seeds": [4, 5, 6, 7], "span_auroc": [0.741, 0.79, 0.77, 0.78]}})
+    assert "4 probes (training seeds 4, 5, 6, 7)" in line and "0.741–0.790" in line
