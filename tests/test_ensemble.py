@@ -61,18 +61,24 @@ def test_an_ensemble_checkpoint_is_one_safetensors_file_and_loads_back(tmp_path)
     assert isinstance(single.probe, SpanUQProbe)
 
 
-def test_members_are_trained_in_processes_of_their_own_from_seeds_no_other_ensemble_shares(make_cfg):
+def test_members_are_trained_in_processes_of_their_own_from_seeds_no_other_ensemble_shares(make_cfg, tmp_path):
     assert member_seeds(0, 3) == [0, 1, 2] and member_seeds(1, 3) == [3, 4, 5] and member_seeds(7, 1) == [7]
     cfg = _cfg(make_cfg, warmup_epochs=1, joint_epochs=1, patience=10, members=2, num_threads=1)
     train, dev = synthetic_examples(8), synthetic_examples(4, seed=1)
     model, info = train_members(cfg, train, dev, progress=False)
     assert isinstance(model, ProbeEnsemble) and [m["seed"] for m in info["members"]] == [0, 1]
-    # member 1 is the probe seed 1 trains alone, on one thread as in its worker
-    from spanuq.train.loop import train_probe
+    assert not torch.equal(model.members[0].query_embed, model.members[1].query_embed)
+    # member 1 is what seed 1 trains alone in a fresh process (this process's torch may have chosen other
+    # CPU kernels before an earlier test pinned them: the workers read the pins, it cannot)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    alone, _ = train_probe(_cfg(make_cfg, warmup_epochs=1, joint_epochs=1, patience=10, seed=1, num_threads=1),
-                           train, dev, progress=False)
-    got, want = model.members[1].state_dict(), alone.state_dict()
+    from spanuq.train.members import train_member
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        alone = pool.submit(train_member, cfg, 1, 1, train, dev, str(tmp_path / "alone")).result()
+    assert alone["seed"] == 1 and alone["epochs_run"] == info["members"][1]["epochs_run"]
+    got, want = model.members[1].state_dict(), load_checkpoint(tmp_path / "alone").probe.state_dict()
     assert all(torch.equal(got[k], want[k]) for k in want)
 
 
