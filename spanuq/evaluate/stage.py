@@ -99,18 +99,18 @@ def run_evaluate(cfg: Config, progress: bool = True) -> Path:
     device = resolve_device(cfg.train.device)
     ckpt = load_checkpoint(fit.probe, device)
     test_answers = answers(load_tokenizer(cfg), test)
+    window = window_length(ckpt.extra, cfg.generate.max_new_tokens)
     t0 = time.perf_counter()
     probe_metrics, preds, scores = evaluate_probe(cfg, ckpt.probe, ckpt.calibration, test, device, test_answers,
-                                                  window=window_length(ckpt.extra, cfg.generate.max_new_tokens))
+                                                  window=window)
     write_json(paths.run_log("evaluate"), {"seconds": round(time.perf_counter() - t0, 2)})
 
     rows = {"spanuq": probe_metrics}
     n_spans = int(sum(len(e.u) for e in test))
     if isinstance(ckpt.probe, ProbeEnsemble):  # each member alone on the same spans: what one probe would have read
         probe_metrics["members_alone"] = {"seeds": ckpt.extra.get("member_seeds"), "span_auroc": [
-            metric_value(evaluate_probe(cfg, m, ckpt.calibration, test, device, test_answers,
-                                        window=window_length(ckpt.extra, cfg.generate.max_new_tokens))[0], "span", "auroc")
-            for m in ckpt.probe.members]}
+            metric_value(evaluate_probe(cfg, m, ckpt.calibration, test, device, test_answers, window=window)[0],
+                         "span", "auroc") for m in ckpt.probe.members]}
     metrics = {"backbone": cfg.backbone.name, "split": "test", "n_responses": len(test), "n_spans": n_spans,
                "probe": {"n_parameters": ckpt.probe.num_parameters(), "from": str(fit.probe), **ckpt.extra,
                          **ckpt.calibration.as_dict()},

@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import os
 import tempfile
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -67,8 +68,6 @@ def train_members(cfg: Config, train: list[ResponseExample], dev: list[ResponseE
 def train_member(cfg: Config, seed: int, threads: int, train: list[ResponseExample], dev: list[ResponseExample],
                  out_dir: str) -> dict:
     """One member (in a worker process): trained with ``seed`` on ``threads`` threads, saved to ``out_dir``."""
-    import time
-
     cfg = apply_overrides(cfg, {"train.seed": seed, "train.num_threads": threads})
     t0 = time.perf_counter()
     model, info = train_probe(cfg, train, dev, progress=False)
