@@ -82,7 +82,10 @@ def test_a_fresh_venv_with_the_scoring_install_scores_from_an_empty_folder(tmp_p
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
     t0 = time.monotonic()
+    # --no-compile: the packages' bytecode is written as they are first imported (what the test runs), not
+    # for all of torch at install time
     pip = subprocess.run([str(py), "-m", "pip", "--disable-pip-version-check", "install", "-q", "--no-index",
+                          "--no-compile",
                           "--find-links", str(LIGHT), "--find-links", str(llama), f"{wheel}[{','.join(SCORING_EXTRAS)}]"],
                          capture_output=True, text=True, timeout=900)
     assert pip.returncode == 0, pip.stderr[-3000:]
