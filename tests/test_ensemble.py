@@ -7,7 +7,7 @@ from spanuq.model.checkpoint import load_checkpoint, save_checkpoint
 from spanuq.model.ensemble import ProbeEnsemble, member_reading
 from spanuq.model.postprocess import predict
 from spanuq.model.probe import SpanUQProbe
-from spanuq.train.members import member_seeds, train_members
+from spanuq.train.members import compact, member_seeds, train_members
 from test_probe import TINY, synthetic_examples
 from test_train import _cfg
 
@@ -80,6 +80,20 @@ def test_members_are_trained_in_processes_of_their_own_from_seeds_no_other_ensem
     assert alone["seed"] == 1 and alone["epochs_run"] == info["members"][1]["epochs_run"]
     got, want = model.members[1].state_dict(), load_checkpoint(tmp_path / "alone").probe.state_dict()
     assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_what_a_member_is_sent_is_its_examples_not_the_shards_they_are_sliced_from():
+    """A feature store's items are slices of one memory-mapped shard: pickled to a member's process as they
+    are, each would carry the whole shard (600 training answers: 24 GB, and the OOM killer)."""
+    import pickle
+    from dataclasses import replace
+
+    shard = torch.randn(5000, 32)
+    items = [replace(e, h=shard[100 * i: 100 * i + e.n_tokens]) for i, e in enumerate(synthetic_examples(4))]
+    sent = compact(items)
+    assert all(torch.equal(a.h, b.h) and torch.equal(a.u, b.u) for a, b in zip(items, sent))
+    assert sum(e.h.untyped_storage().nbytes() for e in sent) == sum(e.h.numel() * 4 for e in items)
+    assert len(pickle.dumps(sent)) < len(pickle.dumps(items[0]))  # all four weigh less than one slice did
 
 
 def test_the_report_says_what_each_member_reads_alone():

@@ -424,7 +424,7 @@ def write_inputs(cfg, tok):
 def test_label_stage_writes_labels_report_and_plot_and_resumes(make_cfg, tok):
     from spanuq.label.stage import run_label
 
-    cfg = make_cfg()
+    cfg = make_cfg("label.sample_answers=0")  # the greedy answers alone (sample answers: the test below)
     paths = write_inputs(cfg, tok)
     run_label(cfg, progress=False)
     recs = {r.prompt_id: r for r in read_records(paths.labels, LabeledResponse)}
@@ -487,7 +487,7 @@ def test_sample_answers_join_training_only_from_training_prompts(make_cfg, tok):
                for k, r in kids.items())
     # switching it off labels the same greedy answers from the cache and drops the sample answers
     before = {k: r for k, r in recs.items() if k not in kids}
-    run_label(make_cfg("prompts.split_by=prompts"), progress=False)
+    run_label(make_cfg("prompts.split_by=prompts", "label.sample_answers=0"), progress=False)
     again = {r.prompt_id: r for r in read_records(paths.labels, LabeledResponse)}
     assert again == before
     assert json.loads(paths.run_log("label").read_text())["cache"]["misses"] == 0
@@ -495,8 +495,9 @@ def test_sample_answers_join_training_only_from_training_prompts(make_cfg, tok):
 
 # ---------------------------------------------------------------- the judge path
 def judge_cfg(make_cfg, url: str, *more: str):
+    """The judge on the run's own answers (the scripted judge's counts are of them: no sample answers)."""
     return make_cfg("label.method=judge", f"label.judge.base_url={url}", "label.judge.backoff_s=0.01",
-                    "label.judge.max_retries=2", "label.judge.concurrency=2", *more)
+                    "label.judge.max_retries=2", "label.judge.concurrency=2", "label.sample_answers=0", *more)
 
 
 def test_judge_labels_spans_from_verified_sample_claims(make_cfg, tok):

@@ -192,7 +192,8 @@ def test_the_judge_labels_a_row_with_sources_against_its_passages_not_the_sample
     row = Prompt(id="au", domain="longform_qa", text="What is the capital of Australia?", context=[source])
     answer = "The capital of Australia is Canberra."
     with ScriptedJudge(truths=("Canberra",)) as server:
-        cfg = make_cfg("label.method=judge", f"label.judge.base_url={server.base_url}", "label.judge.backoff_s=0.01")
+        cfg = make_cfg("label.method=judge", f"label.judge.base_url={server.base_url}", "label.judge.backoff_s=0.01",
+                       "label.sample_answers=0")  # the one row's answer alone
         paths = StagePaths.from_config(cfg)
         write_jsonl(paths.prompts, [row])
         write_jsonl(paths.generations, [_gen(row, answer, ["The capital of Australia is Sydney."] * 3)])

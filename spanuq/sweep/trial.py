@@ -57,9 +57,11 @@ def ensure_features(cfg: Config, progress: bool = False) -> Path:
     sub.mkdir(parents=True, exist_ok=True)
     if not paths.generations.exists():
         raise FileNotFoundError(f"{paths.generations} does not exist: run the pipeline's generate stage first")
-    link = sub / "generations.jsonl"
-    if not link.exists():
-        link.symlink_to(paths.generations.resolve())
+    # the labels name the sample and given answers the extract stage also reads (`label.sample_answers`)
+    for src in (paths.generations, paths.labels):
+        link = sub / src.name
+        if src.exists() and not link.exists():
+            link.symlink_to(src.resolve())
     variant = cfg.model_copy(update={"paths": cfg.paths.model_copy(update={"data": str(sub.parent)})})
     run_in_child("spanuq.features.stage:run_extract", variant, {"progress": progress})
     return d

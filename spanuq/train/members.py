@@ -15,6 +15,7 @@ import os
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -46,6 +47,7 @@ def train_members(cfg: Config, train: list[ResponseExample], dev: list[ResponseE
     workers = min(n, cores)
     threads = cfg.train.num_threads or max(1, cores // workers)
     seeds = member_seeds(cfg.train.seed, n)
+    train, dev = compact(train), compact(dev)
     with tempfile.TemporaryDirectory(prefix="spanuq-members-") as tmp:
         # spawn: a fresh interpreter per worker (no forked torch thread pools); the parent's CPU-kernel pins
         # are in os.environ, which the workers inherit
@@ -63,6 +65,14 @@ def train_members(cfg: Config, train: list[ResponseExample], dev: list[ResponseE
                    "best_dev_score": infos[0]["best_dev_score"], "epochs_run": infos[0]["epochs_run"],
                    "n_parameters": model.num_parameters(),
                    "members": [{k: i[k] for k in SUMMARY} for i in infos]}
+
+
+def compact(examples: list[ResponseExample]) -> list[ResponseExample]:
+    """The examples with tensors that own their storage.  A feature store's items are slices of its
+    memory-mapped shards; pickled to a worker, a slice carries its whole shard, once per example."""
+    own = lambda t: t if t is None else t.clone()  # noqa: E731
+    return [replace(e, h=own(e.h), entropy=own(e.entropy), surprisal=own(e.surprisal), spans=own(e.spans), u=own(e.u))
+            for e in examples]
 
 
 def train_member(cfg: Config, seed: int, threads: int, train: list[ResponseExample], dev: list[ResponseExample],
