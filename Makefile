@@ -16,11 +16,14 @@ repro: setup  ## set up, then run the whole default pipeline on CPU
 	@# show it when everything was up to date
 	@[ -n "$$(find data -path '*/report/index.html' -newer .venv/.repro-start 2>/dev/null)" ] || python -m spanuq.report
 
+# a worker per CPU (up to 4; tests/conftest.py gives each its own CPUs), a test file to a worker
+PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadfile
+
 test: setup  ## the default test suite (slow end-to-end runs excluded)
-	python -m pytest -q --durations=15
+	python -m pytest -q $(PYTEST_WORKERS) --durations=15
 
 test-all: setup  ## every test, including the slow end-to-end pipeline runs
-	python -m pytest -q -m "slow or not slow"
+	python -m pytest -q $(PYTEST_WORKERS) -m "slow or not slow"
 
 bench: setup  ## the product benchmarks (generation, extraction, probe, score, serve, stream, long answers, OpenAI endpoint, monitor): one table
 	python benchmarks/run.py

@@ -7,10 +7,20 @@ from pathlib import Path
 
 import pytest
 
+# A pytest-xdist worker (`make test` runs two on two CPUs) gets a CPU of its own, before torch or llama.cpp
+# is imported: every thread count the code leaves at None then resolves to one (spanuq.pipeline.cpus), and its
+# processes and theirs never spin on a CPU the other worker is using.
+_WORKER, _WORKERS = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKER and hasattr(os, "sched_setaffinity"):
+    _cpus = sorted(os.sched_getaffinity(0))
+    if len(_cpus) >= _WORKERS:
+        os.sched_setaffinity(0, _cpus[int(_WORKER.removeprefix("gw")) % _WORKERS::_WORKERS])
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from spanuq.pipeline.cpus import available_cpus  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,7 +65,7 @@ def llama_server():
     from spanuq.llm.loading import gguf_path
     from spanuq.llm.presets import get_preset
 
-    with LlamaCppServer(gguf_path(get_preset("smollm2-135m")), n_threads=2) as srv:
+    with LlamaCppServer(gguf_path(get_preset("smollm2-135m")), n_threads=available_cpus()) as srv:
         yield srv
 
 
@@ -89,17 +99,21 @@ def scorer(probe_dir, tmp_path_factory):
 
     cache = tmp_path_factory.mktemp("score")
     cfg = load_config(REPO / "params.yaml", [f"paths.data={cache / 'data'}", f"paths.cache={cache / 'cache'}",
-                                             "score.max_new_tokens=24", "score.server_threads=2"])
+                                             "score.max_new_tokens=24", f"score.server_threads={available_cpus()}"])
     threshold = None if os.environ.get("SPANUQ_TEST_PROBE") else 0.0
     with SpanUQ.load(probe_dir, cfg=cfg, threshold=threshold) as uq:
         yield uq
 
 
+# the test files that take longest (a durations run), started first: `make test`'s workers, a file each at a
+# time, then end together instead of one running the end-to-end pipeline alone at the end
+FIRST = ("test_pipeline.py", "test_shipped_probe.py", "test_sweep.py", "test_install.py", "test_generate.py",
+         "test_gpu_path.py", "test_labels.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``no_backbone_held`` run first: the stand-in vLLM, like vLLM, refuses to start in a
-    process that holds a backbone, and the session's `scorer` keeps one from its first use on."""
-    first = [i for i in items if i.get_closest_marker("no_backbone_held")]
-    items[:] = first + [i for i in items if not i.get_closest_marker("no_backbone_held")]
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: the rest keep their order
 
 
 # the with-sources reader trained by its stage on a few real items of each set (tests/test_train_reader.py)

@@ -14,11 +14,21 @@ import pytest
 
 from qwen3_tiny import build_qwen3_tiny
 
-pytestmark = pytest.mark.no_backbone_held  # the stand-in vLLM refuses beside a backbone: before any test loads one
-
 REPO = Path(__file__).resolve().parents[1]
 STANDIN = REPO / "tests" / "fixtures" / "vllm_standin"
 sys.path.insert(0, str(REPO))
+
+
+@pytest.fixture(autouse=True)
+def own_process(monkeypatch):
+    """The backbones a test here loads are the only ones its process holds, as in a GPU stage's own process:
+    one another test module of this worker still holds (the session's `scorer`) is not on the stand-in's
+    card, and vLLM's refusal beside a backbone is seen for the test's own."""
+    import weakref
+
+    from spanuq.llm import loading
+
+    monkeypatch.setattr(loading, "_LIVE", weakref.WeakSet())
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from servers import scoring_service
+from spanuq.pipeline.cpus import available_cpus
 
 BACKBONE = "smollm2-135m"
 QUESTION = "Who painted the Mona Lisa?"
@@ -33,7 +34,7 @@ CASES = {  # name -> the API's fields; "own" answers are filled in with the back
 }
 OWN = {"own answer written elsewhere": "backbone answers",  # the case whose answer it is
        "own answer with sources written elsewhere": "backbone answers with sources"}
-OVERRIDES = ["score.max_new_tokens=24", "score.server_threads=2"]
+OVERRIDES = ["score.max_new_tokens=24", f"score.server_threads={available_cpus()}"]
 
 
 @pytest.fixture(scope="module")

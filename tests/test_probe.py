@@ -9,10 +9,11 @@ from spanuq.model.calibration import Calibration
 from spanuq.model.checkpoint import load_checkpoint, save_checkpoint
 from spanuq.model.losses import SetCriterion
 from spanuq.model.postprocess import predict
+from spanuq.pipeline.cpus import available_cpus
 from spanuq.model.probe import SpanUQProbe
 from spanuq.model.span_ops import span_iou
 
-torch.set_num_threads(2)
+torch.set_num_threads(min(2, available_cpus()))
 TINY = ProbeConfig(d_proj=64, n_queries=8, n_heads=4, d_ffn=128, dropout=0.0)
 
 

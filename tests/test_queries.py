@@ -9,12 +9,13 @@ from spanuq.features.dataset import collate
 from spanuq.model.calibration import Calibration
 from spanuq.model.losses import SetCriterion
 from spanuq.model.postprocess import predict
+from spanuq.pipeline.cpus import available_cpus
 from spanuq.model.probe import SpanUQProbe
 from spanuq.model.span_ops import span_iou
 from spanuq.model.queries import (build_denoising, dense_proposal_targets, denoising_attn_mask, select_proposals,
                                   span_position_embedding)
 
-torch.set_num_threads(2)
+torch.set_num_threads(min(2, available_cpus()))
 NEW = dict(query_selection="two_stage", refine=True, dn_groups=2, dn_negatives=True)
 
 

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from spanuq.pipeline.cpus import available_cpus
 from spanuq.reader.spans import kind
 
 QUESTION = "When did the Golden Gate Bridge open, and what colour is it?"
@@ -27,7 +28,7 @@ def sourced(probe_dir, tiny_reader, tmp_path_factory, repo_root):
     shutil.copytree(tiny_reader[0], folder / "reader")
     cache = tmp_path_factory.mktemp("sourced")
     cfg = load_config(repo_root / "params.yaml", [f"paths.data={cache / 'data'}", f"paths.cache={cache / 'cache'}",
-                                                  "score.max_new_tokens=24", "score.server_threads=2"])
+                                                  "score.max_new_tokens=24", f"score.server_threads={available_cpus()}"])
     with SpanUQ.load(folder, cfg=cfg, threshold=0.0) as uq:
         yield uq
 

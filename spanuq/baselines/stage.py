@@ -19,7 +19,6 @@ report's ROC, reliability and per-domain views) and the run log ``runs/baselines
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import Config
+from ..pipeline.cpus import available_cpus
 from ..evaluate.detection import detection_metrics
 from ..metrics.uq import defined, sequence_metrics, undefined
 from ..evaluate.scoring import oracle_span_metrics
@@ -228,7 +228,7 @@ def run_baselines(cfg: Config, progress: bool = True) -> Path:
     t_stage = time.perf_counter()
     paths = StagePaths.from_config(cfg)
     out_dir = paths.root / "baselines"
-    torch.set_num_threads(cfg.train.num_threads or os.cpu_count() or 1)
+    torch.set_num_threads(cfg.train.num_threads or available_cpus())
     fit = StagePaths.fitted_on(cfg)  # train/dev and the probe: this run's or evaluate.probe_from's
     train, dev = (load_examples(fit.features, fit.labels, (s,)) for s in ("train", "dev"))
     test = load_examples(paths.features, paths.labels, ("test",))

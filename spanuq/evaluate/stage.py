@@ -16,7 +16,6 @@ Writes ``metrics.json`` (DVC metrics; every number JSON-safe, undefined metrics 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import numpy as np
 import torch
 
 from ..config import Config
+from ..pipeline.cpus import available_cpus
 from ..features.dataset import ResponseExample, answers, load_examples
 from ..llm.loading import resolve_device
 from ..model.calibration import Calibration
@@ -90,7 +90,7 @@ def run_evaluate(cfg: Config, progress: bool = True) -> Path:
     from ..pipeline import tracking
 
     paths = StagePaths.from_config(cfg)
-    torch.set_num_threads(cfg.train.num_threads or os.cpu_count() or 1)
+    torch.set_num_threads(cfg.train.num_threads or available_cpus())
     test = load_examples(paths.features, paths.labels, ("test",))
     # the probe: this run's, or the one of ``evaluate.probe_from`` (a run on other prompts)
     fit = StagePaths.fitted_on(cfg)

@@ -20,13 +20,13 @@ an error message, not the death of the stage.
 from __future__ import annotations
 
 import ctypes
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import Config
+from ..pipeline.cpus import available_cpus
 from .base import Completion
 from .hf import sample_seeds
 
@@ -92,7 +92,7 @@ class LlamaCppGenerator:
             model_path = gguf_path(preset)
         self.model_path = str(model_path)
         self.slots = max(1, g.llamacpp_slots)
-        self.threads = g.llamacpp_threads or os.cpu_count() or 1
+        self.threads = g.llamacpp_threads or available_cpus()
         self.ctx_per_seq = g.llamacpp_ctx or context_per_sequence(g.max_new_tokens, g.sample_max_new_tokens)
         if prove:
             prove_in_child(self.model_path)

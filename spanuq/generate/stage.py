@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from ..config import Config
 from ..context.chat import context_chat
+from ..pipeline.cpus import available_cpus
 from ..llm.loading import chat_prompt, load_tokenizer, response_token_ids
 from ..pipeline.cache import ItemCache, content_hash
 from ..pipeline.files import read_records, write_json, write_jsonl
@@ -116,9 +117,7 @@ def resolve_auto_backend(cfg: Config) -> str:
 
 def server_layout(cfg: Config, cpus: int | None = None) -> tuple[int, int]:
     """(servers, threads per server) for the launched llama.cpp servers (``generate.server_processes``)."""
-    import os
-
-    cpus = cpus or os.cpu_count() or 1
+    cpus = cpus or available_cpus()
     n = cfg.generate.server_processes or min(MAX_AUTO_SERVERS, cpus)
     return n, cfg.generate.server_threads or max(1, cpus // n)
 

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import httpx
 
+from ..pipeline.cpus import available_cpus
+
 # A chat prompt of >= 20 tokens: the proof that the build can run a real forward pass here.
 PROOF_MESSAGES = [
     {"role": "system", "content": "You are a helpful assistant. Answer factually in one short sentence."},
@@ -104,7 +106,7 @@ class LlamaCppServer:
         self.host, self.port = host, port or free_port()
         # one core is left to the client (tokenising, the stage itself): on a small machine llama.cpp
         # decodes faster with one thread fewer than the cores than with all of them
-        self.n_ctx, self.n_threads = n_ctx, n_threads or max(1, (os.cpu_count() or 2) - 1)
+        self.n_ctx, self.n_threads = n_ctx, n_threads or max(1, available_cpus() - 1)
         self.model_alias = model_alias
         # a log always exists: it is what a crash report shows
         self._own_log = log_path is None  # a temporary log is removed when the server is stopped, kept when it crashed

@@ -12,7 +12,6 @@ that fails is reported, never cached.  `spanuq report` is the pipeline's stage, 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,6 +24,7 @@ from . import html as html_view
 from .cache import ResultCache, answer_key, scoring_identity
 from .report import build, threshold_text
 from .rows import BadRow, Row, read_rows
+from ..pipeline.cpus import available_cpus
 
 
 def _score(uq, batch: list[Row]) -> list[ScoreResult | Exception]:
@@ -113,4 +113,4 @@ def summary(report: dict) -> str:
 def set_threads() -> None:
     import torch
 
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(available_cpus())

@@ -29,6 +29,7 @@ from ..config import Config, load_config
 from ..llm.presets import fused_layers
 from ..pipeline.paths import StagePaths
 from .spec import SweepSpec, load_spec, trial_overrides
+from ..pipeline.cpus import available_cpus
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ def run_trial(spec: SweepSpec, storage_url: str, trial_id: int, out_dir: Path,
             if not train or not dev:
                 raise ValueError(f"sweep needs train and dev answers in {paths.labels} (got {len(train)}, {len(dev)})")
             if cfg.train.num_threads is None:  # the machine's cores shared by its slots
-                torch.set_num_threads(max(1, (os.cpu_count() or 1) // len(visible_slots())))
+                torch.set_num_threads(max(1, available_cpus() // len(visible_slots())))
 
             def on_epoch(epoch: int, row: dict) -> None:
                 tracking.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=epoch)

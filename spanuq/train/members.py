@@ -25,6 +25,7 @@ from ..features.dataset import ResponseExample
 from ..model.checkpoint import load_checkpoint, save_checkpoint
 from ..model.ensemble import ProbeEnsemble
 from .loop import train_probe
+from ..pipeline.cpus import available_cpus
 
 SUMMARY = ("seed", "best_epoch", "best_dev_score", "epochs_run", "seconds")
 
@@ -43,7 +44,7 @@ def train_members(cfg: Config, train: list[ResponseExample], dev: list[ResponseE
     n = cfg.train.members
     if n == 1:
         return train_probe(cfg, train, dev, progress, on_epoch)
-    cores = os.cpu_count() or 1
+    cores = available_cpus()
     workers = min(n, cores)
     threads = cfg.train.num_threads or max(1, cores // workers)
     seeds = member_seeds(cfg.train.seed, n)

@@ -11,7 +11,6 @@ the ``champion`` alias moves only if the same all-span dev AUROC improves.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -35,6 +34,7 @@ from .context_calibration import calibrate_generated_with_context, split_context
 from .given_calibration import calibrate_given
 from .loop import dev_summary, evaluate_model, uncalibrated
 from .members import train_members
+from ..pipeline.cpus import available_cpus
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def run_train(cfg: Config, progress: bool = True) -> Path:
     if not train:
         raise ValueError(f"no training examples in {paths.labels}; check the label stage's report")
     if cfg.train.num_threads is None:
-        torch.set_num_threads(os.cpu_count() or 1)
+        torch.set_num_threads(available_cpus())
     t0 = time.perf_counter()
     with tracking.start_run(cfg, run_name=f"train-{cfg.backbone.name}", tags={"stage": "train"}) as run:
         tracking.log_config(cfg)
