@@ -336,6 +336,10 @@ class TrainConfig(_Section):
     # dev each epoch and kept (DINO's model EMA); null: the raw weights, as the paper
     ema_decay: float | None = None
     seed: int = 0
+    # batches of alike lengths (`spanuq.train.loop.epoch_batches`): each epoch's random order is cut into pools
+    # of this many batches, each pool sorted by length before it is cut; the batches are then shuffled.
+    # A batch is as long as its longest answer: less padding, less time. 0: batches of the random order (the paper)
+    length_pool: int = Field(0, ge=0)
     # probes trained from seeds seed·M .. seed·M + M − 1 and read as one (`spanuq.train.members`); 1: the paper's
     members: int = Field(1, ge=1)
     num_threads: int | None = None

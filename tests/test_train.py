@@ -9,7 +9,7 @@ import pytest
 from spanuq.evaluate.scoring import all_span_scores
 from spanuq.model.checkpoint import load_checkpoint, save_checkpoint
 from spanuq.model.postprocess import predict
-from spanuq.train.loop import dev_score, evaluate_model, train_probe
+from spanuq.train.loop import dev_score, epoch_batches, evaluate_model, train_probe
 from spanuq.train.stage import calibrate_on_dev
 from test_probe import TINY, synthetic_examples
 
@@ -243,3 +243,17 @@ def test_refine_margin_pairs_a_swap_with_the_own_answer_it_was_made_from():
     given_scores = [np.full(len(g.spans), 0.9), np.full(len(g.spans), 0.4)]
     assert swap_pairs(given, given_scores, own, own_scores) == [(0.2, 0.9), (0.4, 0.7)]
     assert swap_pairs(given, given_scores, [], []) == []  # no own answer: no pair
+
+
+def test_batches_of_alike_lengths_hold_every_answer_once_and_pad_less():
+    """train.length_pool: pools of the epoch's random order sorted by length, cut into batches, the batches
+    shuffled; 0 is the paper's batches of the random order."""
+    lengths = [int(n) for n in torch.randint(5, 130, (597,), generator=torch.Generator().manual_seed(1))]
+    plain = epoch_batches(lengths, 8, 0, torch.Generator().manual_seed(0))
+    assert [i for b in plain for i in b] == torch.randperm(597, generator=torch.Generator().manual_seed(0)).tolist()
+    pooled = epoch_batches(lengths, 8, 50, torch.Generator().manual_seed(0))
+    assert sorted(i for b in pooled for i in b) == list(range(597)) and len(pooled) == 75  # 50 batches of 400 answers, 25 of 197
+    padded = lambda batches: sum(max(lengths[i] for i in b) * len(b) for b in batches)  # noqa: E731
+    assert padded(pooled) < 0.8 * padded(plain)
+    assert pooled != epoch_batches(lengths, 8, 50, torch.Generator().manual_seed(1))  # each epoch meets others
+    assert pooled == epoch_batches(lengths, 8, 50, torch.Generator().manual_seed(0))  # seeded

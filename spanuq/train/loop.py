@@ -74,6 +74,22 @@ def evaluate_model(model, examples: list[ResponseExample], cfg: Config, device, 
     return evaluate_predictions(preds, examples, cfg.evaluate, bootstrap=bootstrap)
 
 
+def epoch_batches(lengths: list[int], batch_size: int, pool: int, gen: torch.Generator) -> list[list[int]]:
+    """One epoch's batches of example indices.  ``pool`` = 0: the random order cut into batches.
+    ``pool`` > 0: the random order cut into pools of ``pool`` batches, each pool sorted by length (stable,
+    so ties keep the random order) and cut into batches, and the batches shuffled: alike lengths share a
+    batch while which answers meet, and in what order the batches come, still change every epoch."""
+    order = torch.randperm(len(lengths), generator=gen).tolist()
+    if pool <= 0:
+        return [order[s: s + batch_size] for s in range(0, len(order), batch_size)]
+    span = pool * batch_size
+    batches = []
+    for s in range(0, len(order), span):
+        chunk = sorted(order[s: s + span], key=lambda i: lengths[i])
+        batches += [chunk[j: j + batch_size] for j in range(0, len(chunk), batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=gen).tolist()]
+
+
 def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExample],
                 progress: bool = True, on_epoch=None) -> tuple[SpanUQProbe, dict]:
     """Train and return (best model, history). `on_epoch(epoch, metrics)` is called each epoch."""
@@ -96,7 +112,8 @@ def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExa
     kept = ema.module if ema is not None else model  # what dev sees and what is returned
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
     epochs = tc.warmup_epochs + tc.joint_epochs
-    steps_per_epoch = math.ceil(len(train) / tc.batch_size)
+    lengths = [e.n_tokens for e in train]
+    steps_per_epoch = len(epoch_batches(lengths, tc.batch_size, tc.length_pool, torch.Generator()))  # the same count every epoch
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
     gen = torch.Generator().manual_seed(tc.seed)
     best, best_score, best_epoch, bad = None, -math.inf, -1, 0
@@ -105,11 +122,10 @@ def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExa
     for epoch in bar:
         phase = "warmup" if epoch < tc.warmup_epochs else "joint"
         model.train()
-        order = torch.randperm(len(train), generator=gen).tolist()
         sums: dict[str, float] = {}
         t0 = time.perf_counter()
-        for s in range(0, len(order), tc.batch_size):
-            batch = collate([train[i] for i in order[s: s + tc.batch_size]]).to(device)
+        for idx in epoch_batches(lengths, tc.batch_size, tc.length_pool, gen):
+            batch = collate([train[i] for i in idx]).to(device)
             out = model(batch.h, batch.entropy if cfg.probe.use_entropy else None, batch.mask, batch.lengths,
                         targets=batch.targets,  # targets: denoising queries (probe.dn_groups)
                         surprisal=batch.surprisal if cfg.probe.use_surprisal else None)
