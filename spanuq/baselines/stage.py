@@ -27,11 +27,11 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import Config
-from ..pipeline.cpus import available_cpus
 from ..evaluate.detection import detection_metrics
 from ..metrics.uq import defined, sequence_metrics, undefined
 from ..evaluate.scoring import oracle_span_metrics
 from ..features.dataset import ResponseExample, load_examples
+from ..pipeline.cpus import available_cpus
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
 from .context import AnswerContext

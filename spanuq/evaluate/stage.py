@@ -23,13 +23,13 @@ import numpy as np
 import torch
 
 from ..config import Config
-from ..pipeline.cpus import available_cpus
 from ..features.dataset import ResponseExample, answers, load_examples
 from ..llm.loading import resolve_device
 from ..model.calibration import Calibration
 from ..model.checkpoint import load_checkpoint
 from ..model.ensemble import ProbeEnsemble
 from ..model.postprocess import Answer, Prediction, token_span_to_chars
+from ..pipeline.cpus import available_cpus
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
 from ..metrics.uq import metric_value

@@ -23,9 +23,9 @@ from tqdm.auto import tqdm
 
 from ..config import Config
 from ..context.chat import context_chat
-from ..pipeline.cpus import available_cpus
 from ..llm.loading import chat_prompt, load_tokenizer, response_token_ids
 from ..pipeline.cache import ItemCache, content_hash
+from ..pipeline.cpus import available_cpus
 from ..pipeline.files import read_records, write_json, write_jsonl
 from ..pipeline.paths import StagePaths
 from ..pipeline.records import Generation, Prompt, Sample

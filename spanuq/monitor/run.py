@@ -18,13 +18,13 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ..pipeline.cpus import available_cpus
 from ..score.errors import GenerationError, InputError
 from ..score.schema import ScoreResult
 from . import html as html_view
 from .cache import ResultCache, answer_key, scoring_identity
 from .report import build, threshold_text
 from .rows import BadRow, Row, read_rows
-from ..pipeline.cpus import available_cpus
 
 
 def _score(uq, batch: list[Row]) -> list[ScoreResult | Exception]:

@@ -27,9 +27,9 @@ from typing import Any
 
 from ..config import Config, load_config
 from ..llm.presets import fused_layers
+from ..pipeline.cpus import available_cpus
 from ..pipeline.paths import StagePaths
 from .spec import SweepSpec, load_spec, trial_overrides
-from ..pipeline.cpus import available_cpus
 
 log = logging.getLogger(__name__)
 

@@ -113,7 +113,8 @@ def train_probe(cfg: Config, train: list[ResponseExample], dev: list[ResponseExa
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
     epochs = tc.warmup_epochs + tc.joint_epochs
     lengths = [e.n_tokens for e in train]
-    steps_per_epoch = len(epoch_batches(lengths, tc.batch_size, tc.length_pool, torch.Generator()))  # the same count every epoch
+    # every epoch has as many batches (the count does not depend on the order)
+    steps_per_epoch = len(epoch_batches(lengths, tc.batch_size, tc.length_pool, torch.Generator()))
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
     gen = torch.Generator().manual_seed(tc.seed)
     best, best_score, best_epoch, bad = None, -math.inf, -1, 0

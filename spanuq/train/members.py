@@ -24,8 +24,8 @@ from ..config import Config, apply_overrides
 from ..features.dataset import ResponseExample
 from ..model.checkpoint import load_checkpoint, save_checkpoint
 from ..model.ensemble import ProbeEnsemble
-from .loop import train_probe
 from ..pipeline.cpus import available_cpus
+from .loop import train_probe
 
 SUMMARY = ("seed", "best_epoch", "best_dev_score", "epochs_run", "seconds")
 

@@ -28,13 +28,13 @@ from ..llm.presets import fused_layers
 from ..model.calibration import Calibration
 from ..model.checkpoint import save_checkpoint
 from ..model.postprocess import Answer, predict, select_spans
+from ..pipeline.cpus import available_cpus
 from ..pipeline.files import write_json
 from ..pipeline.paths import StagePaths
 from .context_calibration import calibrate_generated_with_context, split_context
 from .given_calibration import calibrate_given
 from .loop import dev_summary, evaluate_model, uncalibrated
 from .members import train_members
-from ..pipeline.cpus import available_cpus
 
 log = logging.getLogger(__name__)
 
