@@ -10,7 +10,7 @@ from spanuq.label.units import load_spacy
 from spanuq.data.real import load_items
 from spanuq.reader.read import Reader
 from spanuq.train.reader import run_train_reader
-from spanuq.train.reader_rows import items_for
+from spanuq.train.reader_rows import items_for, templated_items
 
 from conftest import TINY
 
@@ -30,6 +30,21 @@ def test_same_passage_swaps_change_one_fact_to_another_of_its_kind_from_the_para
         if right.meta["form"] == "sentence":  # the paragraph's own sentence, one fact changed
             assert right.answer in right.sources[0]["text"]
             assert wrong.answer[:s] + right.meta["right"] + wrong.answer[e:] == right.answer
+
+
+def test_the_grounded_training_pairs_are_twins_marked_where_the_source_does_not_back_them():
+    train, dev = templated_items("train"), templated_items("dev")
+    assert templated_items("test") == []  # the grounded bench's subjects are in another file, never read here
+    assert not {it.article for it in train} & {it.article for it in dev}  # a subject is train or dev, whole
+    for right, wrong in zip(train[::2], train[1::2]):
+        assert right.meta["pair"] == wrong.meta["pair"] and right.sources == wrong.sources
+        s, e = wrong.marks[0]
+        a, b = right.meta["slot"]
+        assert wrong.answer[:s] + right.answer[a:b] + wrong.answer[e:] == right.answer  # one fact changed
+        # the right value is marked only where the source is silent on it (case d)
+        assert right.marks == ([(a, b)] if right.meta["case"] == "d" else [])
+    some = items_for({"templated": {"train": 10}}, "train")
+    assert len(some) == 20 and len({it.meta["pair"] for it in some}) == 10  # pairs are kept whole
 
 
 def test_training_reads_train_and_dev_items_never_test_ones(repo_root):

@@ -41,6 +41,11 @@ def _order(key: str, seed: int) -> int:
     return zlib.crc32(f"{seed}\x1f{key}".encode())
 
 
+def subject_split(group: str, seed: int = 0) -> str:
+    """``dev`` for `DEV_SHARE` of the subjects (by a seeded hash of the subject), else ``train``."""
+    return "dev" if _order(group, seed) % 1000 < DEV_SHARE * 1000 else "train"
+
+
 def grounded_rows(path: str | Path = TRAIN_PAIRS) -> list[Prompt]:
     """Every prompt row of a grounded pair file (module docstring), in file order, split unset."""
     rows: dict[tuple, dict] = {}
@@ -76,5 +81,4 @@ def grounded_prompts(n: int, seed: int, path: str | Path = TRAIN_PAIRS) -> list[
         chosen += [by_case[c][k] for c in CASE_ROWS if k < len(by_case[c])]
     if n > len(chosen):
         raise ValueError(f"prompts.grounded = {n}, but {path} gives {len(chosen)} rows")
-    return [p.model_copy(update={"split": "dev" if _order(p.meta["group"], seed) % 1000 < DEV_SHARE * 1000 else "train"})
-            for p in chosen[:n]]
+    return [p.model_copy(update={"split": subject_split(p.meta["group"], seed)}) for p in chosen[:n]]

@@ -3,8 +3,9 @@
     spanuq train-reader                  # params.yaml `reader`; writes data/<backbone>/reader/
 
 1. **Items** (`spanuq.train.reader_rows`): ``reader.sets`` of the train and dev splits — WiCE claims with the
-   article they cite, same-passage swaps from XQuAD's paragraphs, SummEdits' edited summaries — split by
-   article upstream or here (`spanuq.data.real`), never a test item.
+   article they cite, same-passage swaps from XQuAD's paragraphs, SummEdits' edited summaries, the grounded
+   training pairs' twins (``templated``) — split by article (subject) upstream or here (`spanuq.data.real`), never
+   a test item.
 2. **Rows**: every item read as the product reads it (`spanuq.reader.features`), labelled per word.
 3. **Net** (`spanuq.reader.model`): trained on the train rows, each set weighted by ``reader.set_weights``
    (a set's rows share its weight, so a large set does not drown a small one), ``reader.epochs`` epochs.
@@ -12,7 +13,8 @@
    right facts at the red line.
 5. **Calibrations** (fitted on dev, stored in ``config.json``'s ``extra.calibration``; the scorer's
    with-sources calibration, `spanuq.model.calibration.Calibration.grounded`):
-   * ``given`` — Platt scaling of a span's raw û on every dev span (label: a marked word in it),
+   * ``given`` — Platt scaling of a span's raw û on every real dev span (label: a marked word in it; not the
+     templated pairs'),
      σ(logit(û_raw)/T + b); the red line ``flag`` where the characters it marks best match people's marks on
      WiCE dev (`red_line`: the mean IoU of Mu-SHROOM), refine's ``margin`` on the swap pairs;
    * ``generated`` — the backbone's own answers to questions with their paragraph
@@ -111,7 +113,7 @@ def dev_report(net: ReaderNet, dev: list[ItemRows], columns: list[int]) -> dict:
     out: dict = {}
     by_set: dict[str, list[ItemRows]] = {}
     for r in dev:
-        by_set.setdefault(r.item.set if "pair" not in r.item.meta else "swaps", []).append(r)
+        by_set.setdefault("swaps" if r.item.set == "xquad" and "pair" in r.item.meta else r.item.set, []).append(r)
     for name, rows in sorted(by_set.items()):
         ys, ss = [], []
         pairs: dict[str, dict[str, float]] = {}
@@ -166,7 +168,7 @@ def given_calibration(net: ReaderNet, dev: list[ItemRows], columns: list[int], c
         raw.append(u)
         y.append(lab)
         read.append((r, groups, u))
-        if "pair" in r.item.meta:
+        if "pair" in r.item.meta and r.item.set == "xquad":  # the red line's and margin's pairs: real swaps only
             a, b = r.item.meta["slot"]
             slot = [k for k, g in enumerate(groups) if any(r.rows.words[i][0] < b and r.rows.words[i][1] > a for i in g)]
             pairs.setdefault(r.item.meta["pair"], {})[r.item.meta["twin"]] = float(max(u[slot])) if slot else 0.0
@@ -239,7 +241,8 @@ def run_train_reader(cfg: Config, progress: bool = True) -> dict:
     columns = [FEATURES.index(f) for f in (rc.features or FEATURES)]
     net = fit_net(train, rc, columns)
     report = {"train": {"items": len(train), "words": int(sum(len(r.y) for r in train))}, "dev": dev_report(net, dev, columns)}
-    given, report["given"] = given_calibration(net, dev, columns, cfg)
+    # the calibrations and the red line are fitted on real items only: the templated pairs teach the net, not the scale
+    given, report["given"] = given_calibration(net, [r for r in dev if r.item.set != "templated"], columns, cfg)
     calibration = {"given": given}
     answers_path = paths.real_answers
     if answers_path.exists():

@@ -1,8 +1,8 @@
 """What the reader is trained and checked on: real items with people's marks, as word rows with labels.
 
 `items_for` takes each set of ``reader.sets`` (params.yaml) for a split — WiCE's claims, same-passage swaps
-built from XQuAD (`spanuq.label.swaps`), SummEdits' edited summaries — at most the configured number of
-items of each (a stable choice by id, so a smaller run is a subset of a larger one).  `rows_for` reads each
+built from XQuAD (`spanuq.label.swaps`), SummEdits' edited summaries, the grounded training pairs' twins
+(``templated``: `templated_items`) — at most the configured number of items of each (a stable choice by id, so a smaller run is a subset of a larger one).  `rows_for` reads each
 item as the product does (`spanuq.reader.features.word_rows`) and labels each word 1 when people marked a
 character of it as not backed.  Rows are cached per item by a hash of what determines them, so a killed run
 resumes and a second run reads nothing again.
@@ -39,10 +39,35 @@ def _stable_subset(items: list[RealItem], n: int | None) -> list[RealItem]:
     return sorted(items, key=lambda it: hashlib.sha1(it.id.encode()).hexdigest())[:n]
 
 
+def templated_items(split: str, path=None, seed: int = 0) -> list[RealItem]:
+    """The grounded training pairs (`spanuq.data.grounded.TRAIN_PAIRS`: subjects and wording the grounded bench never
+    uses) as twins read against their sources: the right answer (marked where the source is silent, case ``d``) and
+    the same answer with the wrong value (marked there).  A subject's pairs are all train or all dev, by the rule
+    that splits the pipeline's grounded rows (`spanuq.data.grounded.subject_split`); none is test."""
+    from ..bench.grounded import read_pairs
+    from ..data.grounded import TRAIN_PAIRS, subject_split
+
+    if split == "test":
+        return []
+    out = []
+    for p in read_pairs(path or TRAIN_PAIRS):
+        if subject_split(p.group, seed) != split:
+            continue
+        sources = [{"id": f"{p.group}#{k}", "text": t} for k, t in enumerate(p.context, 1)]
+        pair = f"templated/{p.id}@{p.case}"
+        for twin, t in (("right", p.correct), ("wrong", p.planted)):
+            marked = twin == "wrong" or p.case == "d"
+            out.append(RealItem(id=f"{pair}/{twin}", set="templated", split=split, article=p.group, sources=sources,
+                                answer=t.text, question=p.prompt, marks=[t.slot] if marked else [],
+                                meta={"kind": p.kind, "case": p.case, "pair": pair, "form": p.case, "twin": twin,
+                                      "slot": list(t.slot)}))
+    return out
+
+
 def items_for(sets: dict[str, dict[str, int | None]], split: str, nlp=None) -> list[RealItem]:
-    """Every set's items of ``split`` (module docstring): ``sets`` maps a set (``wice``, ``swaps``, ``summedits``)
-    to {split: how many items, None = all, 0 = none}.  ``swaps`` needs spaCy (``nlp``); a swap's two twins
-    are kept together."""
+    """Every set's items of ``split`` (module docstring): ``sets`` maps a set (``wice``, ``swaps``, ``summedits``,
+    ``templated``) to {split: how many items, None = all, 0 = none}.  ``swaps`` needs spaCy (``nlp``); a swap's two
+    twins are kept together, as are a templated pair's."""
     out: list[RealItem] = []
     for name, limits in sets.items():
         n = limits.get(split, 0)
@@ -53,6 +78,11 @@ def items_for(sets: dict[str, dict[str, int | None]], split: str, nlp=None) -> l
 
             questions = _stable_subset(load_items("xquad", split), n)
             out += swaps(questions, nlp)
+        elif name == "templated":
+            items = templated_items(split)
+            pairs = sorted({it.meta["pair"] for it in items}, key=lambda k: hashlib.sha1(k.encode()).hexdigest())
+            keep = set(pairs if n is None else pairs[:n])
+            out += [it for it in items if it.meta["pair"] in keep]
         elif name == "summedits":
             marked = [it for it in load_items("summedits", split) if it.label == "supported" or it.marks]
             out += _stable_subset(marked, n)
