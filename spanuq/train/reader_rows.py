@@ -15,8 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..data.grounded import TRAIN_PAIRS, subject_split
 from ..data.real import RealItem, load_items
+from ..label.plant import swap
 from ..pipeline.cache import ItemCache, content_hash
+from ..pipeline.files import iter_jsonl
 from ..reader.features import FEATURES, WordRows, word_rows
 
 ROWS_VERSION = 2  # bump when `word_rows` changes what it computes
@@ -41,26 +44,27 @@ def _stable_subset(items: list[RealItem], n: int | None) -> list[RealItem]:
 
 def templated_items(split: str, path=None, seed: int = 0) -> list[RealItem]:
     """The grounded training pairs (`spanuq.data.grounded.TRAIN_PAIRS`: subjects and wording the grounded bench never
-    uses) as twins read against their sources: the right answer (marked where the source is silent, case ``d``) and
-    the same answer with the wrong value (marked there).  A subject's pairs are all train or all dev, by the rule
-    that splits the pipeline's grounded rows (`spanuq.data.grounded.subject_split`); none is test."""
-    from ..bench.grounded import read_pairs
-    from ..data.grounded import TRAIN_PAIRS, subject_split
-
+    uses; the format of `spanuq.bench.grounded`) as twins read against their sources: the right answer (marked where
+    the source is silent, case ``d``) and the same answer with the wrong value (marked there).  A subject's pairs are
+    all train or all dev, by the rule that splits the pipeline's grounded rows (`spanuq.data.grounded.subject_split`);
+    none is test."""
     if split == "test":
         return []
     out = []
-    for p in read_pairs(path or TRAIN_PAIRS):
-        if subject_split(p.group, seed) != split:
+    for p in iter_jsonl(path or TRAIN_PAIRS):
+        group = str(p["group"])
+        if subject_split(group, seed) != split:
             continue
-        sources = [{"id": f"{p.group}#{k}", "text": t} for k, t in enumerate(p.context, 1)]
-        pair = f"templated/{p.id}@{p.case}"
-        for twin, t in (("right", p.correct), ("wrong", p.planted)):
-            marked = twin == "wrong" or p.case == "d"
-            out.append(RealItem(id=f"{pair}/{twin}", set="templated", split=split, article=p.group, sources=sources,
-                                answer=t.text, question=p.prompt, marks=[t.slot] if marked else [],
-                                meta={"kind": p.kind, "case": p.case, "pair": pair, "form": p.case, "twin": twin,
-                                      "slot": list(t.slot)}))
+        sources = [{"id": f"{group}#{k}", "text": t} for k, t in enumerate(p["context"], 1)]
+        pair = f"templated/{p['id']}@{p['case']}"
+        s, e = p["slot"]
+        planted, slot = swap(p["answer"], s, e, p["wrong"])
+        for twin, text, at in (("right", p["answer"], (s, e)), ("wrong", planted, slot)):
+            marked = twin == "wrong" or p["case"] == "d"
+            out.append(RealItem(id=f"{pair}/{twin}", set="templated", split=split, article=group, sources=sources,
+                                answer=text, question=p["prompt"], marks=[at] if marked else [],
+                                meta={"kind": p["kind"], "case": p["case"], "pair": pair, "form": p["case"],
+                                      "twin": twin, "slot": list(at)}))
     return out
 
 
