@@ -2,7 +2,8 @@
 
 `items_for` takes each set of ``reader.sets`` (params.yaml) for a split — WiCE's claims, same-passage swaps
 built from XQuAD (`spanuq.label.swaps`), SummEdits' edited summaries, the grounded training pairs' twins
-(``templated``: `templated_items`) — at most the configured number of items of each (a stable choice by id, so a smaller run is a subset of a larger one).  `rows_for` reads each
+(``templated``: `templated_items`) — at most the configured number of items of each (a stable choice by id, so a
+smaller run is a subset of a larger one).  `rows_for` reads each
 item as the product does (`spanuq.reader.features.word_rows`) and labels each word 1 when people marked a
 character of it as not backed.  Rows are cached per item by a hash of what determines them, so a killed run
 resumes and a second run reads nothing again.
@@ -36,10 +37,10 @@ def word_labels(words: list[tuple[int, int]], marks: list[tuple[int, int]] | Non
     return np.array([float(any(s < b and e > a for a, b in marks or [])) for s, e in words])
 
 
-def _stable_subset(items: list[RealItem], n: int | None) -> list[RealItem]:
+def _stable_subset(items: list, n: int | None, key=lambda it: it.id) -> list:
     if n is None or n >= len(items):
         return items
-    return sorted(items, key=lambda it: hashlib.sha1(it.id.encode()).hexdigest())[:n]
+    return sorted(items, key=lambda it: hashlib.sha1(key(it).encode()).hexdigest())[:n]
 
 
 def templated_items(split: str, path=None, seed: int = 0) -> list[RealItem]:
@@ -84,8 +85,7 @@ def items_for(sets: dict[str, dict[str, int | None]], split: str, nlp=None) -> l
             out += swaps(questions, nlp)
         elif name == "templated":
             items = templated_items(split)
-            pairs = sorted({it.meta["pair"] for it in items}, key=lambda k: hashlib.sha1(k.encode()).hexdigest())
-            keep = set(pairs if n is None else pairs[:n])
+            keep = set(_stable_subset(sorted({it.meta["pair"] for it in items}), n, key=str))
             out += [it for it in items if it.meta["pair"] in keep]
         elif name == "summedits":
             marked = [it for it in load_items("summedits", split) if it.label == "supported" or it.marks]
