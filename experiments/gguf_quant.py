@@ -4,8 +4,8 @@ Generation bounds the default run on a slow machine (README "Results of the defa
 15 of its 24 minutes). The shipped GGUF is Q4_1; llama.cpp's Q8_0 and F16 kernels are
 simpler per weight and a 135M model is small enough for either. This script re-saves the
 shipped file as each type with llama.cpp's own quantiser (`llama_model_quantize`, the
-PyPI build: nothing is downloaded), then times greedy decoding of the same bundled prompts
-with one thread per model, the types interleaved round by round, and prints
+PyPI build: nothing is downloaded; F32 holds the Q4_1 weights exactly, as transformers reads them), then
+times greedy decoding of the same bundled prompts with one thread per model, the types interleaved round by round, and prints
 
 * tok/s per type (median over rounds) and the speed-up over Q4_1;
 * how many greedy answers are identical to Q4_1's (a re-quantised model is a slightly
@@ -13,6 +13,7 @@ with one thread per model, the types interleaved round by round, and prints
 
     python experiments/gguf_quant.py --prompts 12 --rounds 3 --types Q8_0 F16
     python experiments/gguf_quant.py --width 16 --rounds 3 --types Q8_0 Q4_0   # the generate stage's batch
+    python experiments/gguf_quant.py --width 32 --prompts 3 --rounds 2 --max-tokens 64 --types F32 F16 Q4_0
 
 ``--width K`` times the generate stage's own decoder instead (`LlamaCppGenerator`, every thread of the
 machine, K sequences advancing together, as ``generate.llamacpp_slots``): the batch's matrix products are
@@ -30,7 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-FTYPES = {"Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "F16": "LLAMA_FTYPE_MOSTLY_F16", "Q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0"}
+FTYPES = {"Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "F16": "LLAMA_FTYPE_MOSTLY_F16", "Q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
+          "F32": "LLAMA_FTYPE_ALL_F32"}
 
 
 def requantise(src: Path, kind: str, out_dir: Path) -> Path:

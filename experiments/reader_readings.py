@@ -76,6 +76,7 @@ def main() -> None:
                     help="a params override, e.g. reader.sets.swaps.train=100 (fewer items: the backbone's readings cost)")
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for the backbone's passes")
     args = ap.parse_args()
 
     import torch
@@ -90,7 +91,7 @@ def main() -> None:
     from spanuq.train.reader import dev_report, fit_net
     from spanuq.train.reader_rows import ItemRows, items_for, rows_for
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     cfg = load_config(args.params, args.override, args.preset)
     paths = StagePaths.from_config(cfg)
     nlp, encoder = load_spacy(cfg.label.spacy_model), load_encoder(cfg.reader.encoder)
