@@ -2,6 +2,7 @@
 backbone's readings (its surprisal of each word given the sources and without them) added to them.
 
     python experiments/reader_readings.py [--preset cpu-full] [-o reader.sets.wice.train=80 ...] [--top 5]
+    python experiments/reader_readings.py --preset cpu-full --threads 2 --rows shipped combined
 
 Every variant is the reader's net (`spanuq.train.reader.fit_net`, the params' members, epochs, sets) trained on the
 train items' rows and read on the dev items' (`spanuq.train.reader.dev_report`: WiCE dev word AUROC, swap pair
@@ -77,6 +78,10 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--out", default=None)
     ap.add_argument("--threads", type=int, default=1, help="torch threads for the backbone's passes")
+    ap.add_argument("--rows", nargs="+", choices=["shipped", "groups", "backbone", "combined"],
+                    default=["shipped", "groups", "backbone", "combined"],
+                    help="which nets to train: the shipped features, each group alone and left out, the backbone's "
+                         "readings alone, the shipped features with them")
     args = ap.parse_args()
 
     import torch
@@ -116,12 +121,14 @@ def main() -> None:
 
     stage.FEATURES = names  # the net names its columns from this list
     net_model.FEATURES = names
-    variants = {"all of the reader's features (shipped)": list(FEATURES)}
-    for g, cols in GROUPS.items():
+    variants = {"all of the reader's features (shipped)": list(FEATURES)} if "shipped" in args.rows else {}
+    for g, cols in GROUPS.items() if "groups" in args.rows else ():
         variants[f"{g} alone"] = cols
         variants[f"all but {g}"] = [f for f in FEATURES if f not in cols]
-    variants["the backbone's readings alone"] = names[-3:] + GROUPS["the word itself"]
-    variants["all of the reader's features + the backbone's readings"] = names
+    if "backbone" in args.rows:
+        variants["the backbone's readings alone"] = names[-3:] + GROUPS["the word itself"]
+    if "combined" in args.rows:
+        variants["all of the reader's features + the backbone's readings"] = names
     results = {}
     for name, cols in variants.items():
         idx = [names.index(c) for c in cols]
