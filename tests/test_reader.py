@@ -82,3 +82,45 @@ def test_the_net_is_saved_as_safetensors_and_reads_the_same_after_loading(tmp_pa
     assert np.allclose(back.probability(z), net.probability(z))
     assert json.loads((tmp_path / "config.json").read_text())["extra"]["calibration"]["given"]["temperature"] == 2.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+
+
+@pytest.fixture(scope="module")
+def backbone(repo_root):
+    """The real SmolLM2 backbone, as the scorer holds it."""
+    from spanuq.config import load_config
+    from spanuq.llm.loading import load_backbone
+    from spanuq.reader.backbone import Backbone
+
+    cfg = load_config(repo_root / "params.yaml")
+    return Backbone(*load_backbone(cfg), cfg.backbone.system_prompt)
+
+
+def test_the_backbone_finds_a_word_the_sources_state_likelier_with_them(backbone, encoder, tmp_path):
+    from spanuq.pipeline.cache import ItemCache
+    from spanuq.reader.backbone import backbone_rows
+    from spanuq.reader.features import BACKBONE_FEATURES
+
+    answer = "The bridge is painted International Orange."
+    words = answer_words(answer)
+    x = backbone_rows(backbone, encoder, [SOURCE], answer, "What colour is the bridge?", words)
+    assert x.shape == (len(words), len(BACKBONE_FEATURES))
+    given, without, change = x.T
+    np.testing.assert_allclose(change, given - without, atol=1e-5)
+    orange = [i for i, (s, e) in enumerate(words) if answer[s:e] == "Orange"][0]
+    assert given[orange] < without[orange] - 2  # stated in the source: far less surprising after it
+    cache = ItemCache(tmp_path)
+    first = backbone_rows(backbone, encoder, [SOURCE], answer, "What colour is the bridge?", words, cache=cache)
+    assert len(list(tmp_path.rglob("*.json"))) == 1
+    np.testing.assert_allclose(first, x, atol=1e-5)
+    np.testing.assert_array_equal(backbone_rows(backbone, encoder, [SOURCE], answer, "What colour is the bridge?",
+                                                words, cache=cache), first)
+
+
+def test_the_backbone_reads_the_source_sentences_most_like_the_answer_when_there_are_more(encoder):
+    from spanuq.reader.backbone import TOP, read_sources
+
+    others = [f"The Louvre held exhibition number {i} in Paris." for i in range(10)]
+    assert read_sources(encoder, [SOURCE], "It is orange.", "What colour?") == [SOURCE]  # three sentences: all
+    read = read_sources(encoder, others + [SOURCE], "The bridge is painted International Orange.", "What colour?")
+    assert len(read) == 1 and "International Orange" in read[0]
+    assert len(source_sentences(read)[0]) == TOP

@@ -83,3 +83,15 @@ def test_bench_real_reads_the_products_own_output_beside_the_controls(sourced, t
     assert "words absent from the sources" in out.with_suffix(".md").read_text()
     again = run_real(cfg, probe=str(sourced.checkpoint), parts=("marked",), limit=3, bootstrap=20)  # from the cache
     assert json.loads(again.read_text())["marked"]["table"] == marked["table"]
+
+
+def test_a_reader_that_reads_the_backbones_readings_takes_them_from_the_scorers_backbone(sourced, monkeypatch):
+    from spanuq.reader.features import READER_FEATURES
+    from spanuq.reader.model import NetConfig, ReaderNet
+    from spanuq.reader.read import Reader
+
+    assert sourced.reader.backbone.model is sourced.model and sourced.reader.backbone.tok is sourced.tok
+    net = ReaderNet(NetConfig(features=list(READER_FEATURES), extra={"calibration": sourced.reader.calibration}))
+    monkeypatch.setattr(sourced, "reader", Reader(net, backbone=sourced.reader.backbone))
+    r = sourced.score(QUESTION, response=ANSWER, context=[SOURCE])
+    assert r.status == "scored" and r.calibration_source == "given+context" and r.spans

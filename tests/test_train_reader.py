@@ -76,3 +76,27 @@ def test_a_second_run_reads_every_item_from_the_cache_and_gives_the_same_reader(
     assert (tmp_path / cfg.backbone.name / "reader" / "model.safetensors").read_bytes() == (
         folder / "model.safetensors").read_bytes()
     assert again["seconds"] < 60
+
+
+def test_a_reader_trained_with_the_backbones_readings_reads_them_from_the_backbone_it_is_given(repo_root, tmp_path):
+    import pytest
+
+    from spanuq.llm.loading import load_backbone
+    from spanuq.reader.backbone import Backbone
+    from spanuq.reader.features import READER_FEATURES
+
+    few = ["reader.sets.wice.train=2", "reader.sets.wice.dev=2", "reader.sets.swaps.train=2", "reader.sets.swaps.dev=2",
+           "reader.sets.summedits.train=2", "reader.sets.summedits.dev=0", "reader.epochs=2", "reader.members=1",
+           "reader.backbone_readings=true", f"paths.data={tmp_path / 'data'}", f"paths.cache={tmp_path / 'cache'}"]
+    cfg = load_config(repo_root / "params.yaml", few)
+    report = run_train_reader(cfg, progress=False)
+    folder = tmp_path / "data" / cfg.backbone.name / "reader"
+    assert json.loads((folder / "config.json").read_text())["features"] == list(READER_FEATURES)
+    items = report["train"]["items"] + sum(d["items"] for d in report["dev"].values())
+    assert len(list((tmp_path / "cache").rglob("reader_readings/**/*.json"))) == items  # each item's, cached
+    reader = Reader.load(folder)
+    with pytest.raises(RuntimeError, match="backbone"):
+        reader.read(["The bridge opened in 1937."], "The bridge opened in 1925.", "When?")
+    reader.backbone = Backbone(*load_backbone(cfg), cfg.backbone.system_prompt)
+    reading = reader.read(["The bridge opened in 1937."], "The bridge opened in 1925.", "When?")
+    assert reading.u_raw.shape == (3,) and reading.x.shape[1] == len(READER_FEATURES) - 3

@@ -21,8 +21,8 @@ punctuation mark) gets a row of `FEATURES`:
 * **the word itself** — punctuation, function word, number, capitalised, word pieces, its place in its
   sentence, how often the sources hold it, how many sentences the sources have.
 
-No feature reads the backbone: its readings (surprisal with and without the sources) are an experiment's extra
-columns (`experiments/reader_readings.py`, docs/grounded.md "What was tried"), not the product's.
+None of these reads the backbone: its readings (each word's surprisal with and without the sources,
+`BACKBONE_FEATURES`) are `spanuq.reader.backbone`'s, read beside these when the reader was trained with them.
 """
 from __future__ import annotations
 
@@ -53,6 +53,8 @@ FEATURES = ("absent_all", "absent_stem", "absent_top1", "absent_top3", "absent_t
             "align_all", "align_top1", "align_top3", "align_top5", "sim_top1", "sim_top3",
             "in_question", "question_gap", "question_near", "question_sentence", "punct", "function", "number", "capital", "pieces", "place",
             "log_count", "log_sentences")
+BACKBONE_FEATURES = ("surprisal_given", "surprisal_without", "surprisal_change")  # `spanuq.reader.backbone`
+READER_FEATURES = FEATURES + BACKBONE_FEATURES  # every column a reader's net may be trained on
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@
     out.u_raw            # each span's chance that the sources do not back it, before calibration
     out.passage          # the index of the passage each span was read against (its best-aligned words' passage)
 
-Every sentence of every passage is read (`spanuq.reader.features`); nothing of the sources is cut.  The
+Every sentence of every passage is read (`spanuq.reader.features`); nothing of the sources is cut.  A reader
+trained with the backbone's readings (`spanuq.reader.backbone`) takes them from ``reader.backbone``, the
+scorer's frozen LLM (set by the scorer; reading without it is an error).  The
 reader's calibrations — how raw û becomes what a user sees, per answer source — are in ``config.json``
 (``extra.calibration``, fitted on real dev items by `spanuq.train.reader`) and reach the scorer as its
 with-sources calibration (`spanuq.model.calibration.Calibration.grounded`).
@@ -18,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .backbone import Backbone, backbone_rows
 from .encoder import load_encoder
-from .features import FEATURES, word_rows
+from .features import FEATURES, READER_FEATURES, word_rows
 from .model import load, with_neighbours
 from .spans import span_scores, spans_of
 
@@ -41,10 +44,16 @@ class Reading:
 
 
 class Reader:
-    def __init__(self, net, folder: Path | None = None):
+    def __init__(self, net, folder: Path | None = None, backbone: Backbone | None = None, readings_cache=None):
         self.net, self.folder = net, folder
         self.encoder = load_encoder(net.cfg.encoder)
-        self.columns = [FEATURES.index(f) for f in net.cfg.features]
+        self.columns = [READER_FEATURES.index(f) for f in net.cfg.features]
+        self.backbone, self.readings_cache = backbone, readings_cache  # the cache: a training run's, else None
+
+    @property
+    def needs_backbone(self) -> bool:
+        """Whether the net reads the backbone's readings (it was trained with them)."""
+        return any(c >= len(FEATURES) for c in self.columns)
 
     @classmethod
     def load(cls, folder: str | Path) -> "Reader":
@@ -60,7 +69,14 @@ class Reader:
         """``answer`` read against ``passages`` after ``question``; ``entities``: characters of its names and
         numbers (spaCy's, when the caller has it), each kept whole as one span."""
         rows = word_rows(self.encoder, passages, answer, question)
-        p = self.net.probability(with_neighbours(rows.x[:, self.columns], rows.sentence)) if rows.words else np.zeros(0)
+        x = rows.x
+        if self.needs_backbone and rows.words:
+            if self.backbone is None:
+                raise RuntimeError(f"the reader in {self.folder} reads the backbone's readings: give it the backbone "
+                                   "(Reader.backbone, spanuq.reader.backbone.Backbone)")
+            x = np.concatenate([x, backbone_rows(self.backbone, self.encoder, passages, answer, question, rows.words,
+                                                 cache=self.readings_cache)], 1)
+        p = self.net.probability(with_neighbours(x[:, self.columns], rows.sentence)) if rows.words else np.zeros(0)
         groups = spans_of(answer, rows.words, entities)
         spans = [(rows.words[g[0]][0], rows.words[g[-1]][1]) for g in groups]
         u = span_scores(p, groups)

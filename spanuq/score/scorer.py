@@ -48,6 +48,7 @@ from ..config import Config, load_config
 from ..llm.loading import count_tokens, token_offsets
 from ..llm.states import FeatureItem, generate_with_states
 from ..model.checkpoint import Checkpoint, load_checkpoint
+from ..reader.backbone import Backbone
 from ..reader.read import Reader
 from . import grounded
 from .errors import GenerationError, InputError, check_input
@@ -89,6 +90,8 @@ class SpanUQ:
         # its calibrations, fitted on real dev items, are the with-sources ones
         folder = reader_folder(checkpoint)
         self.reader = None if folder is None else Reader.load(folder)
+        if self.reader is not None:  # a reader trained with the backbone's readings takes them from this backbone
+            self.reader.backbone = Backbone(backbone, tokenizer, self.system_prompt)
         fitted = ckpt.calibration if self.reader is None else replace(ckpt.calibration,
                                                                         grounded=self.reader.calibration or None)
         self.fitted = fitted  # as fitted on dev, before any threshold given below

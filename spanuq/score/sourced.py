@@ -14,7 +14,9 @@ calibration (``calibration_source``: ``given+context`` / ``generated+context``):
 s is the answer's score (`spanuq.reader.answer`: how much of it the sources do not back, how it stands to the
 question), weighted on the backbone's own answers to train questions with their paragraph; T_seq, b_seq map it
 onto "wrong" on its answers to dev questions, both against the gold answers (`spanuq.train.reader.own_calibration`).  Each span names the passage it was read against: the passage of the source piece most like its
-best-backed content word.  The backbone reads nothing of the sources here (it writes its own answer after them).
+best-backed content word.  A reader trained with the backbone's readings takes them from the scorer's backbone
+(`spanuq.reader.backbone`: two short passes, after the question and the five source sentences most like the
+answer, and after the question alone); the rest of the sources reach the reader through its encoder alone.
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@
    article they cite, same-passage swaps from XQuAD's paragraphs, SummEdits' edited summaries, the grounded
    training pairs' twins (``templated``) — split by article (subject) upstream or here (`spanuq.data.real`), never
    a test item.
-2. **Rows**: every item read as the product reads it (`spanuq.reader.features`), labelled per word.
+2. **Rows**: every item read as the product reads it (`spanuq.reader.features`), labelled per word; with
+   ``reader.backbone_readings``, each word's surprisal with and without the sources beside (`spanuq.reader.backbone`).
 3. **Net** (`spanuq.reader.model`): trained on the train rows, each set weighted by ``reader.set_weights``
    (a set's rows share its weight, so a large set does not drown a small one), ``reader.epochs`` epochs.
 4. **Dev** (what is reported and chosen on): WiCE token AUROC over the content words, swap pair accuracy,
@@ -42,9 +43,9 @@ from ..pipeline.cache import ItemCache
 from ..pipeline.files import iter_jsonl, write_json
 from ..pipeline.paths import StagePaths
 from ..reader import model as net_io
-from .reader_rows import ItemRows, items_for, rows_for
+from .reader_rows import ItemRows, items_for, rows_for, with_readings
 from ..reader.encoder import load_encoder
-from ..reader.features import FEATURES
+from ..reader.features import BACKBONE_FEATURES, FEATURES, READER_FEATURES
 from ..reader.model import NetConfig, ReaderNet, with_neighbours
 from ..reader.answer import ANSWER_COLUMNS, answer_columns, answer_score
 from ..reader.spans import span_scores, spans_of
@@ -66,7 +67,7 @@ def fit_net(train: list[ItemRows], rc, columns: list[int]) -> ReaderNet:
         n_set[r.item.set] = n_set.get(r.item.set, 0) + len(r.y)
     w = np.concatenate([np.full(len(r.y), rc.set_weights.get(r.item.set, 1.0) / n_set[r.item.set]) for r in train])
     w = w / w.mean()
-    net = ReaderNet(NetConfig(features=[FEATURES[c] for c in columns], hidden=rc.hidden, dropout=rc.dropout,
+    net = ReaderNet(NetConfig(features=[READER_FEATURES[c] for c in columns], hidden=rc.hidden, dropout=rc.dropout,
                               members=rc.members, mean=z.mean(0).tolist(), scale=(z.std(0) + 1e-6).tolist(),
                               encoder=rc.encoder))
     Z, Y, W = (torch.tensor(a, dtype=torch.float32) for a in (z, y, w))
@@ -238,7 +239,16 @@ def run_train_reader(cfg: Config, progress: bool = True) -> dict:
     cache = ItemCache(paths.stage_cache("reader_rows"))
     train = rows_for(encoder, items_for(rc.sets, "train", nlp), cache, progress)
     dev = rows_for(encoder, items_for(rc.sets, "dev", nlp), cache, progress)
-    columns = [FEATURES.index(f) for f in (rc.features or FEATURES)]
+    names = rc.features or (READER_FEATURES if rc.backbone_readings else FEATURES)
+    columns = [READER_FEATURES.index(f) for f in names]
+    backbone = readings = None
+    if any(f in BACKBONE_FEATURES for f in names):  # the backbone's readings beside the features (cached per item)
+        from ..llm.loading import load_backbone
+        from ..reader.backbone import Backbone
+
+        model, tok = load_backbone(cfg)
+        backbone, readings = Backbone(model, tok, cfg.backbone.system_prompt), ItemCache(paths.stage_cache("reader_readings"))
+        train, dev = (with_readings(backbone, encoder, rows, readings, progress) for rows in (train, dev))
     net = fit_net(train, rc, columns)
     report = {"train": {"items": len(train), "words": int(sum(len(r.y) for r in train))}, "dev": dev_report(net, dev, columns)}
     # the calibrations and the red line are fitted on real items only: the templated pairs teach the net, not the scale
@@ -248,7 +258,7 @@ def run_train_reader(cfg: Config, progress: bool = True) -> dict:
     if answers_path.exists():
         from ..reader.read import Reader
 
-        reader = Reader(net)
+        reader = Reader(net, backbone=backbone, readings_cache=readings)
         answers = list(iter_jsonl(answers_path))
         read = lambda a: reader.read([p["text"] for p in a["sources"]], a["answer"], a["question"])  # noqa: E731
         own, report["generated"] = own_calibration(read, answers, given, cfg)

@@ -5,8 +5,9 @@ built from XQuAD (`spanuq.label.swaps`), SummEdits' edited summaries, the ground
 (``templated``: `templated_items`) — at most the configured number of items of each (a stable choice by id, so a
 smaller run is a subset of a larger one).  `rows_for` reads each
 item as the product does (`spanuq.reader.features.word_rows`) and labels each word 1 when people marked a
-character of it as not backed.  Rows are cached per item by a hash of what determines them, so a killed run
-resumes and a second run reads nothing again.
+character of it as not backed; `with_readings` adds the backbone's readings of each word
+(`spanuq.reader.backbone`) when the reader is trained with them.  Rows and readings are cached per item by a
+hash of what determines them, so a killed run resumes and a second run reads nothing again.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ..data.real import RealItem, load_items
 from ..label.plant import swap
 from ..pipeline.cache import ItemCache, content_hash
 from ..pipeline.files import iter_jsonl
+from ..reader.backbone import TOP, backbone_rows
 from ..reader.features import FEATURES, WordRows, word_rows
 
 ROWS_VERSION = 2  # bump when `word_rows` changes what it computes
@@ -112,4 +114,18 @@ def rows_for(encoder, items: list[RealItem], cache: ItemCache | None = None, pro
                 cache.put(key, {"words": rows.words, "x": rows.x.tolist(), "sentence": rows.sentence,
                                 "passage": rows.passage})
         out.append(ItemRows(it, rows, word_labels(rows.words, it.marks)))
+    return out
+
+
+def with_readings(backbone, encoder, rows: list[ItemRows], cache: ItemCache, progress: bool = True,
+                  top: int = TOP) -> list[ItemRows]:
+    """``rows`` with the backbone's readings of each word beside its features (`spanuq.reader.features.READER_FEATURES`
+    columns; cached per item; ``top``: `spanuq.reader.backbone.TOP`)."""
+    out = []
+    for r in tqdm(rows, desc="backbone readings", unit="item", disable=not progress):
+        it = r.item
+        b = backbone_rows(backbone, encoder, [p["text"] for p in it.sources], it.answer, it.question, r.rows.words,
+                          top, cache)
+        out.append(ItemRows(it, WordRows(r.rows.words, np.concatenate([r.rows.x, b], 1), r.rows.sentence,
+                                         r.rows.passage), r.y))
     return out
