@@ -57,22 +57,22 @@ def backbone_rows(backbone: Backbone, encoder, passages: list[str], answer: str,
     from ..llm.loading import chat_prompt, token_ids, token_offsets
     from ..llm.states import token_logprobs
 
-    key = readings_key(passages, answer, question, top) if cache is not None else None
-    hit = cache.get(key) if cache is not None else None
+    key = readings_key(passages, answer, question, top)
+    hit = None if cache is None else cache.get(key)
     if hit is not None:
         return np.asarray(hit, np.float32).reshape(-1, len(BACKBONE_FEATURES))
-    tok = backbone.tok
+    tok, q = backbone.tok, question or ""
     ids, offsets = token_offsets(tok, answer)
-    q = question or ""
-    rows = []
+    given = alone = np.zeros(0)
     if ids:
         with_src = token_ids(tok, question_chat(tok, q, read_sources(encoder, passages, answer, question, top),
                                                 backbone.system_prompt).chat)
         without = token_ids(tok, chat_prompt(tok, q, backbone.system_prompt))
         given, alone = token_logprobs(backbone.model, [with_src, without], [ids, ids], tok.pad_token_id or 0)
+    rows = []
     for s, e in words:
         sel = [k for k, (a, b) in enumerate(offsets) if a < e and b > s]
-        g, o = float(-given[sel].sum()) if sel else 0.0, float(-alone[sel].sum()) if sel else 0.0
+        g, o = float(-given[sel].sum()), float(-alone[sel].sum())
         rows.append([g, o, g - o])
     if cache is not None:
         cache.put(key, rows)
