@@ -469,6 +469,8 @@ class ReaderConfig(_Section):
     # per set, per split: how many items (None: all; 0: none): wice (claims), swaps (XQuAD questions, two forms
     # of twins each), summedits (edited summaries); never test: that is `spanuq bench real`'s
     sets: dict[str, dict[str, int | None]] = Field(default_factory=_reader_sets)
+    # the swaps' forms it trains on (spanuq.label.swaps.FORMS; `bench real` reads every one)
+    swap_forms: list[Literal["qa", "sentence", "aside"]] = Field(default_factory=lambda: ["qa", "sentence"])
     set_weights: dict[str, float] = Field(default_factory=lambda: {"wice": 1.0, "swaps": 1.0, "summedits": 0.5})
     hidden: int = 64
     dropout: float = 0.1
@@ -481,6 +483,10 @@ class ReaderConfig(_Section):
     # XQuAD questions the backbone answers with their paragraph (`spanuq real-answers`), per split: the dev ones fit
     # the calibration of its own answers with sources
     own_answers: dict[str, int | None] = Field(default_factory=lambda: {"dev": None})
+    # the red line is drawn where WiCE dev's people's marks are matched best among the lines that paint at most this
+    # share of the dev swaps' right twins, in each form of answer (a right fact drawn as likely wrong costs a user
+    # more than a missed mark); 1.0: no bound
+    right_at_line: float = Field(default=0.2, gt=0, le=1)
 
 
 class BaselinesConfig(_Section):

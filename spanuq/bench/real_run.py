@@ -264,7 +264,7 @@ def run_real(cfg: Config, probe: str | None = None, parts: tuple[str, ...] = PAR
             elif part == "swaps":
                 record["swaps"] = swaps_part(uq, swaps(questions, nlp), nlp, cache, progress, bootstrap, seed)
             elif part == "passages":
-                record["passages"] = passages_part(uq, swaps(questions, nlp), cache, progress)
+                record["passages"] = passages_part(uq, swaps(questions, nlp, ("sentence",)), cache, progress)
             else:
                 record["own"] = own_part(uq, questions, cache, progress, bootstrap, seed, cfg.label.term_min_score)
             record["seconds"][part] = round(time.perf_counter() - t0, 1)

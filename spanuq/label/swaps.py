@@ -7,7 +7,14 @@ paragraph:
   that the paragraph names (wrong): both values stand in the source, so string overlap cannot tell them
   apart — only reading the question against the paragraph can;
 * ``sentence`` — the paragraph's own sentence holding the gold answer (right) and the same sentence with
-  the answer replaced by X′ (wrong): a real sentence with one fact changed.
+  the answer replaced by X′ (wrong): a real sentence with one fact changed;
+* ``aside`` — that sentence and the paragraph's next one (the one before, for the last), as an answer that says
+  more than the question asks (right), and the same two with a name, number or date of the *other* sentence
+  replaced by another of its kind from the paragraph (wrong): a fact far from the question's words is not wrong
+  for that, and a changed one is.
+
+`spanuq bench real` reads every form; the reader trains on the forms ``reader.swap_forms`` names (docs/grounded.md
+says why ``aside`` is not among them).
 
 The wrong twin's ``marks`` are X′'s characters; the right twin has none.  X′ is chosen per question by a
 generator seeded with its id (`spanuq.label.plant.rng_for`), among the paragraph's entities of the gold
@@ -26,7 +33,7 @@ KIND = {"PERSON": "person", "NORP": "group", "ORG": "organisation", "GPE": "plac
         "PERCENT": "number", "ORDINAL": "ordinal", "EVENT": "event", "WORK_OF_ART": "work", "PRODUCT": "product",
         "LAW": "law", "LANGUAGE": "language"}
 QA_FORM = "The answer is {}."
-FORMS = ("qa", "sentence")
+FORMS = ("qa", "sentence", "aside")
 
 
 def _entities(nlp, texts: list[str]) -> list[list[tuple[int, int, str]]]:
@@ -84,6 +91,11 @@ def swaps(items: list[RealItem], nlp, forms: tuple[str, ...] = FORMS) -> list[Re
         wrong = str(rng_for("swap", it.id).choice(pool))
         base = {"kind": kind, "right": gold, "wrong": wrong}
         for form in forms:
+            if form == "aside":
+                twins = _aside(it, text, g0, g0 + len(gold), ents[text])
+                if twins is not None:
+                    out += twins
+                continue
             if form == "qa":
                 right_text, at = QA_FORM.format(gold), QA_FORM.index("{}")
                 wrong_text = QA_FORM.format(wrong)
@@ -97,3 +109,34 @@ def swaps(items: list[RealItem], nlp, forms: tuple[str, ...] = FORMS) -> list[Re
             out.append(replace(it, id=f"{pair}/wrong", answer=wrong_text, marks=[(at, at + len(wrong))],
                                meta={**base, "pair": pair, "form": form, "twin": "wrong", "slot": [at, at + len(wrong)]}))
     return out
+
+
+def _aside(it: RealItem, text: str, g0: int, g1: int, ents: list[tuple[int, int, str]]) -> list[RealItem] | None:
+    """The ``aside`` twins of a question whose gold answer is ``text[g0:g1]`` (module docstring), or None where the
+    neighbouring sentence has no name, number or date with another of its kind in the paragraph."""
+    from ..context.focus import sentence_spans
+
+    sents = sentence_spans(text)
+    k = next((j for j, (s, e) in enumerate(sents) if s <= g0 and g1 <= e), None)
+    if k is None or len(sents) < 2:
+        return None
+    other = sents[k + 1] if k + 1 < len(sents) else sents[k - 1]
+    inside = [(s, e, kind) for s, e, kind in ents if other[0] <= s and e <= other[1]]
+    rng = rng_for("aside", it.id)
+    for s, e, kind in (inside[j] for j in rng.permutation(len(inside))):
+        pool = sorted({text[a:b] for a, b, k2 in ents if k2 == kind and not (_words(text[a:b]) & _words(text[s:e]))})
+        if not pool:
+            continue
+        wrong = str(rng.choice(pool))
+        lo, hi = min(sents[k][0], other[0]), max(sents[k][1], other[1])
+        lead = len(text[lo:hi]) - len(text[lo:hi].lstrip())
+        right_text = text[lo:hi].strip()
+        at = s - lo - lead
+        wrong_text = right_text[:at] + wrong + right_text[at + (e - s):]
+        pair = f"{it.id}@aside"
+        base = {"kind": kind, "right": text[s:e], "wrong": wrong, "pair": pair, "form": "aside"}
+        return [replace(it, id=f"{pair}/right", answer=right_text, marks=[],
+                        meta={**base, "twin": "right", "slot": [at, at + (e - s)]}),
+                replace(it, id=f"{pair}/wrong", answer=wrong_text, marks=[(at, at + len(wrong))],
+                        meta={**base, "twin": "wrong", "slot": [at, at + len(wrong)]})]
+    return None

@@ -139,16 +139,19 @@ def dev_report(net: ReaderNet, dev: list[ItemRows], columns: list[int]) -> dict:
     return out
 
 
-def red_line(marked: list[tuple[ItemRows, list[list[int]], np.ndarray]], grid: np.ndarray | None = None
-             ) -> tuple[float, dict]:
+def red_line(marked: list[tuple[ItemRows, list[list[int]], np.ndarray]], grid: np.ndarray | None = None,
+             right: dict[str, np.ndarray] | None = None, right_at_line: float = 1.0) -> tuple[float, dict]:
     """The calibrated û from which spans are drawn as likely wrong: where the characters the line marks best
     match the characters people marked (Mu-SHROOM's IoU, `spanuq.bench.metrics.iou`, averaged over the items;
-    ties: the higher line).  ``marked``: per item, its rows, span groups and calibrated span û."""
+    ties: the higher line), among the lines that draw at most ``right_at_line`` of each form's right twins
+    (``right``: per form of answer, the calibrated û of the right twins' slots).  ``marked``: per item, its rows,
+    span groups and calibrated span û."""
     from ..bench.real import char_scores, task_scores
 
     grid = np.round(np.arange(0.05, 0.951, 0.01), 2) if grid is None else grid
-    best, rows = (0.5, -1.0), []
-    for t in grid:
+    allowed = [t for t in grid if all(np.mean(u >= t) <= right_at_line for u in (right or {}).values() if len(u))]
+    best, rows = (float(grid[-1]), -1.0), []
+    for t in allowed or [grid[-1]]:
         ious = []
         for r, groups, u in marked:
             spans = [(r.rows.words[g[0]][0], r.rows.words[g[-1]][1], x) for g, x in zip(groups, u)]
@@ -158,7 +161,11 @@ def red_line(marked: list[tuple[ItemRows, list[list[int]], np.ndarray]], grid: n
         rows.append((float(t), iou))
         if iou >= best[1]:
             best = (float(t), iou)
-    return best[0], {"iou": round(best[1], 4), "items": len(marked), "rule": "mean IoU on people's marks (WiCE dev)"}
+    info = {"iou": round(best[1], 4), "items": len(marked), "rule": "mean IoU on people's marks (WiCE dev)"}
+    if right:
+        info["rule"] += f", among the lines that draw at most {right_at_line:.0%} of each form's right swaps"
+        info["lowest_allowed"] = float(min(allowed)) if allowed else None
+    return best[0], info
 
 
 def given_calibration(net: ReaderNet, dev: list[ItemRows], columns: list[int], cfg: Config) -> tuple[dict, dict]:
@@ -177,9 +184,15 @@ def given_calibration(net: ReaderNet, dev: list[ItemRows], columns: list[int], c
     t, b = fit_platt(y, raw)
     mapped = Calibration(temperature=t, bias=b)
     u = mapped.scores(raw)
-    flag, flag_info = red_line([(r, g, mapped.scores(x) if len(x) else x) for r, g, x in read if r.item.set == "wice"])
-    entry = {"temperature": round(t, 6), "bias": round(b, 6), "flag": flag, "validity_threshold": 0.0}
     done = [d for d in pairs.values() if len(d) == 2]
+    by_form: dict[str, list[float]] = {}  # per form of answer: the right twins' slot û
+    for key, d in pairs.items():
+        if len(d) == 2:
+            by_form.setdefault(key.rsplit("@", 1)[-1], []).append(d["right"])
+    flag, flag_info = red_line([(r, g, mapped.scores(x) if len(x) else x) for r, g, x in read if r.item.set == "wice"],
+                               right={f: mapped.scores(np.array(x)) for f, x in by_form.items()},
+                               right_at_line=cfg.reader.right_at_line)
+    entry = {"temperature": round(t, 6), "bias": round(b, 6), "flag": flag, "validity_threshold": 0.0}
     margin_info = None
     if done:
         right, wrong = (np.array(x) for x in zip(*((d["right"], d["wrong"]) for d in done)))
@@ -237,8 +250,8 @@ def run_train_reader(cfg: Config, progress: bool = True) -> dict:
     nlp = load_spacy(cfg.label.spacy_model)
     encoder = load_encoder(rc.encoder)
     cache = ItemCache(paths.stage_cache("reader_rows"))
-    train = rows_for(encoder, items_for(rc.sets, "train", nlp), cache, progress)
-    dev = rows_for(encoder, items_for(rc.sets, "dev", nlp), cache, progress)
+    train = rows_for(encoder, items_for(rc.sets, "train", nlp, tuple(rc.swap_forms)), cache, progress)
+    dev = rows_for(encoder, items_for(rc.sets, "dev", nlp, tuple(rc.swap_forms)), cache, progress)
     names = rc.features or (READER_FEATURES if rc.backbone_readings else FEATURES)
     columns = [READER_FEATURES.index(f) for f in names]
     backbone = readings = None

@@ -71,10 +71,12 @@ def templated_items(split: str, path=None, seed: int = 0) -> list[RealItem]:
     return out
 
 
-def items_for(sets: dict[str, dict[str, int | None]], split: str, nlp=None) -> list[RealItem]:
+def items_for(sets: dict[str, dict[str, int | None]], split: str, nlp=None,
+              swap_forms: tuple[str, ...] = ("qa", "sentence")) -> list[RealItem]:
     """Every set's items of ``split`` (module docstring): ``sets`` maps a set (``wice``, ``swaps``, ``summedits``,
-    ``templated``) to {split: how many items, None = all, 0 = none}.  ``swaps`` needs spaCy (``nlp``); a swap's two
-    twins are kept together, as are a templated pair's."""
+    ``templated``) to {split: how many items, None = all, 0 = none}.  ``swaps`` needs spaCy (``nlp``) and is built in
+    the forms ``swap_forms`` names (`spanuq.label.swaps.FORMS`); a swap's two twins are kept together, as are a
+    templated pair's."""
     out: list[RealItem] = []
     for name, limits in sets.items():
         n = limits.get(split, 0)
@@ -84,7 +86,7 @@ def items_for(sets: dict[str, dict[str, int | None]], split: str, nlp=None) -> l
             from ..label.swaps import swaps
 
             questions = _stable_subset(load_items("xquad", split), n)
-            out += swaps(questions, nlp)
+            out += swaps(questions, nlp, tuple(swap_forms))
         elif name == "templated":
             items = templated_items(split)
             keep = set(_stable_subset(sorted({it.meta["pair"] for it in items}), n, key=str))
