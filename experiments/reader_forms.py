@@ -29,7 +29,7 @@ from spanuq.pipeline.paths import StagePaths  # noqa: E402
 from spanuq.reader.encoder import load_encoder  # noqa: E402
 from spanuq.reader.features import FEATURES  # noqa: E402
 from spanuq.reader.read import Reader  # noqa: E402
-from spanuq.train.reader import dev_report, spans_read  # noqa: E402
+from spanuq.train.reader import dev_report, slot_score, spans_read  # noqa: E402
 from spanuq.train.reader_rows import items_for, rows_for  # noqa: E402
 
 
@@ -51,9 +51,7 @@ def main() -> None:
         at: dict[tuple[str, str], list[bool]] = {}
         for r in rows:
             _, groups, u, _ = spans_read(reader.net, r, columns)
-            a, b = r.item.meta["slot"]
-            slot = [k for k, g in enumerate(groups) if any(r.rows.words[i][0] < b and r.rows.words[i][1] > a for i in g)]
-            raw = float(max(u[slot])) if slot else 0.0
+            raw = slot_score(r, groups, u)
             at.setdefault((r.item.meta["form"], r.item.meta["twin"]), []).append(mapped.scores(np.array([raw]))[0] >= line)
         report = dev_report(reader.net, rows, columns)["swaps"]
         print(f"{folder} (red line {line}):")

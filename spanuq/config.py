@@ -466,8 +466,8 @@ class ReaderConfig(_Section):
     # the backbone's readings of each word beside them (spanuq.reader.backbone: two short teacher-forced passes an
     # answer, at training and at scoring)
     backbone_readings: bool = False
-    # per set, per split: how many items (None: all; 0: none): wice (claims), swaps (XQuAD questions, two forms
-    # of twins each), summedits (edited summaries); never test: that is `spanuq bench real`'s
+    # per set, per split: how many items (None: all; 0: none): wice (claims), swaps (XQuAD questions, twins in each
+    # of swap_forms), summedits (edited summaries); never test: that is `spanuq bench real`'s
     sets: dict[str, dict[str, int | None]] = Field(default_factory=_reader_sets)
     # the swaps' forms it trains on (spanuq.label.swaps.FORMS; `bench real` reads every one)
     swap_forms: list[Literal["qa", "sentence", "aside"]] = Field(default_factory=lambda: ["qa", "sentence"])

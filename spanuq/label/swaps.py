@@ -89,54 +89,47 @@ def swaps(items: list[RealItem], nlp, forms: tuple[str, ...] = FORMS) -> list[Re
         if not pool:
             continue
         wrong = str(rng_for("swap", it.id).choice(pool))
-        base = {"kind": kind, "right": gold, "wrong": wrong}
         for form in forms:
             if form == "aside":
-                twins = _aside(it, text, g0, g0 + len(gold), ents[text])
-                if twins is not None:
-                    out += twins
+                out += _aside(it, text, g0, g0 + len(gold), ents[text])
                 continue
             if form == "qa":
                 right_text, at = QA_FORM.format(gold), QA_FORM.index("{}")
-                wrong_text = QA_FORM.format(wrong)
             else:
                 s, e = _sentence_at(text, g0, g0 + len(gold))
                 right_text, at = text[s:e].strip(), g0 - s - (len(text[s:e]) - len(text[s:e].lstrip()))
-                wrong_text = right_text[:at] + wrong + right_text[at + len(gold):]
-            pair = f"{it.id}@{form}"
-            out.append(replace(it, id=f"{pair}/right", answer=right_text, marks=[],
-                               meta={**base, "pair": pair, "form": form, "twin": "right", "slot": [at, at + len(gold)]}))
-            out.append(replace(it, id=f"{pair}/wrong", answer=wrong_text, marks=[(at, at + len(wrong))],
-                               meta={**base, "pair": pair, "form": form, "twin": "wrong", "slot": [at, at + len(wrong)]}))
+            out += _twins(it, form, kind, right_text, at, gold, wrong)
     return out
 
 
-def _aside(it: RealItem, text: str, g0: int, g1: int, ents: list[tuple[int, int, str]]) -> list[RealItem] | None:
-    """The ``aside`` twins of a question whose gold answer is ``text[g0:g1]`` (module docstring), or None where the
+def _twins(it: RealItem, form: str, kind: str, right_text: str, at: int, right: str, wrong: str) -> list[RealItem]:
+    """The right twin ``right_text`` (``right`` at character ``at``) and the wrong one, ``wrong`` in its place and
+    marked."""
+    pair = f"{it.id}@{form}"
+    wrong_text = right_text[:at] + wrong + right_text[at + len(right):]
+    base = {"kind": kind, "right": right, "wrong": wrong, "pair": pair, "form": form}
+    return [replace(it, id=f"{pair}/right", answer=right_text, marks=[],
+                    meta={**base, "twin": "right", "slot": [at, at + len(right)]}),
+            replace(it, id=f"{pair}/wrong", answer=wrong_text, marks=[(at, at + len(wrong))],
+                    meta={**base, "twin": "wrong", "slot": [at, at + len(wrong)]})]
+
+
+def _aside(it: RealItem, text: str, g0: int, g1: int, ents: list[tuple[int, int, str]]) -> list[RealItem]:
+    """The ``aside`` twins of a question whose gold answer is ``text[g0:g1]`` (module docstring); none where the
     neighbouring sentence has no name, number or date with another of its kind in the paragraph."""
     from ..context.focus import sentence_spans
 
     sents = sentence_spans(text)
     k = next((j for j, (s, e) in enumerate(sents) if s <= g0 and g1 <= e), None)
     if k is None or len(sents) < 2:
-        return None
+        return []
     other = sents[k + 1] if k + 1 < len(sents) else sents[k - 1]
     inside = [(s, e, kind) for s, e, kind in ents if other[0] <= s and e <= other[1]]
     rng = rng_for("aside", it.id)
     for s, e, kind in (inside[j] for j in rng.permutation(len(inside))):
         pool = sorted({text[a:b] for a, b, k2 in ents if k2 == kind and not (_words(text[a:b]) & _words(text[s:e]))})
-        if not pool:
-            continue
-        wrong = str(rng.choice(pool))
-        lo, hi = min(sents[k][0], other[0]), max(sents[k][1], other[1])
-        lead = len(text[lo:hi]) - len(text[lo:hi].lstrip())
-        right_text = text[lo:hi].strip()
-        at = s - lo - lead
-        wrong_text = right_text[:at] + wrong + right_text[at + (e - s):]
-        pair = f"{it.id}@aside"
-        base = {"kind": kind, "right": text[s:e], "wrong": wrong, "pair": pair, "form": "aside"}
-        return [replace(it, id=f"{pair}/right", answer=right_text, marks=[],
-                        meta={**base, "twin": "right", "slot": [at, at + (e - s)]}),
-                replace(it, id=f"{pair}/wrong", answer=wrong_text, marks=[(at, at + len(wrong))],
-                        meta={**base, "twin": "wrong", "slot": [at, at + len(wrong)]})]
-    return None
+        if pool:
+            lo, hi = min(sents[k][0], other[0]), max(sents[k][1], other[1])
+            lead = len(text[lo:hi]) - len(text[lo:hi].lstrip())
+            return _twins(it, "aside", kind, text[lo:hi].strip(), s - lo - lead, text[s:e], str(rng.choice(pool)))
+    return []

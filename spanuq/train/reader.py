@@ -100,6 +100,13 @@ def spans_read(net: ReaderNet, r: ItemRows, columns: list[int]) -> tuple[np.ndar
     return p, groups, span_scores(p, groups), np.array([float(r.y[g].max()) for g in groups])
 
 
+def slot_score(r: ItemRows, groups: list[list[int]], u: np.ndarray) -> float:
+    """A swap twin's score: the highest û of the spans overlapping its slot (0 when none does)."""
+    a, b = r.item.meta["slot"]
+    slot = [k for k, g in enumerate(groups) if any(r.rows.words[i][0] < b and r.rows.words[i][1] > a for i in g)]
+    return float(max(u[slot])) if slot else 0.0
+
+
 def token_scores(answer: str, words, groups, u: np.ndarray) -> np.ndarray:
     """Per word: the û of the span holding it, 0 for a word in no span (a function word, punctuation)."""
     out = np.zeros(len(words))
@@ -123,9 +130,7 @@ def dev_report(net: ReaderNet, dev: list[ItemRows], columns: list[int]) -> dict:
             ys.append(r.y)
             ss.append(token_scores(r.item.answer, r.rows.words, groups, u))
             if "pair" in r.item.meta:
-                a, b = r.item.meta["slot"]
-                slot = [k for k, g in enumerate(groups) if any(r.rows.words[i][0] < b and r.rows.words[i][1] > a for i in g)]
-                pairs.setdefault(r.item.meta["pair"], {})[r.item.meta["twin"]] = float(max(u[slot])) if slot else 0.0
+                pairs.setdefault(r.item.meta["pair"], {})[r.item.meta["twin"]] = slot_score(r, groups, u)
         y, s = np.concatenate(ys), np.concatenate(ss)
         entry = {"items": len(rows), "words": int(len(y)), "marked": int(y.sum())}
         if 0 < y.sum() < len(y):
@@ -177,9 +182,7 @@ def given_calibration(net: ReaderNet, dev: list[ItemRows], columns: list[int], c
         y.append(lab)
         read.append((r, groups, u))
         if "pair" in r.item.meta and r.item.set == "xquad":  # the red line's and margin's pairs: real swaps only
-            a, b = r.item.meta["slot"]
-            slot = [k for k, g in enumerate(groups) if any(r.rows.words[i][0] < b and r.rows.words[i][1] > a for i in g)]
-            pairs.setdefault(r.item.meta["pair"], {})[r.item.meta["twin"]] = float(max(u[slot])) if slot else 0.0
+            pairs.setdefault(r.item.meta["pair"], {})[r.item.meta["twin"]] = slot_score(r, groups, u)
     raw, y = np.concatenate(raw), np.concatenate(y)
     t, b = fit_platt(y, raw)
     mapped = Calibration(temperature=t, bias=b)
