@@ -283,7 +283,8 @@ def run_train_reader(cfg: Config, progress: bool = True) -> dict:
     net.cfg = replace(net.cfg, extra={"calibration": calibration, "sets": rc.sets, "seed": rc.seed,
                                       "dev": report["dev"]})
     net_io.save(net, paths.reader)
+    write_json(paths.reader / "report.json", report)  # what the inputs determine: the same bytes for the same inputs
     report["seconds"] = round(time.perf_counter() - t0, 1)
-    write_json(paths.reader / "report.json", report)
+    write_json(paths.run_log("train-reader"), {"seconds": report["seconds"]})
     log.info("train-reader: %s", json.dumps(report["dev"]))
     return report
