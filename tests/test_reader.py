@@ -35,6 +35,25 @@ def test_a_word_the_sources_do_not_hold_reads_as_absent_and_unaligned(encoder):
     assert rows.x.shape == (len(answer_words(answer)), len(FEATURES)) and rows.passage == [0] * len(rows.words)
 
 
+def test_a_name_taken_from_another_source_sentence_does_not_stand_with_its_answer_sentence(encoder):
+    source = ("Oxygen was isolated by Carl Scheele in Sweden in 1771. "
+              "Nitrogen was isolated by Daniel Rutherford in Scotland a year later.")
+    col = {f: i for i, f in enumerate(FEATURES)}
+    read = {}
+    for place in ("Sweden", "Scotland"):
+        answer = f"Oxygen was isolated by Carl Scheele, working in {place}."
+        rows = word_rows(encoder, [source], answer, "Who isolated oxygen?")
+        read[place] = {answer[s:e]: x for (s, e), x in zip(rows.words, rows.x)}[place]
+    # both places are in the sources; of the answer sentence's other content words the sources hold ("oxygen",
+    # "isolated", "Carl", "Scheele"; not "working"), Sweden stands beside all four, Scotland beside one
+    assert read["Sweden"][col["absent_all"]] == read["Scotland"][col["absent_all"]] == 0
+    assert read["Sweden"][col["answer_sentence"]] == 1.0 and read["Scotland"][col["answer_sentence"]] == 0.25
+    assert read["Sweden"][col["answer_near"]] > read["Scotland"][col["answer_near"]]
+    # a sentence with no other word the sources hold says nothing of where its word stands
+    rows = word_rows(encoder, [source], "The answer is Scotland.", "Where was nitrogen isolated?")
+    assert rows.x[3, col["answer_sentence"]] == rows.x[3, col["answer_near"]] == 1.0
+
+
 def test_numbers_match_with_their_separators_and_in_words(encoder):
     rows = word_rows(encoder, ["The main span is one thousand two hundred and eighty (1,280) metres long."],
                      "The span is 1280 metres.")

@@ -93,12 +93,27 @@ def test_a_second_run_reads_every_item_from_the_cache_and_gives_the_same_reader(
     assert again["seconds"] < 60
 
 
+def test_the_answer_sentence_readings_are_read_only_by_a_reader_trained_on_them(tiny_reader, repo_root, tmp_path):
+    from spanuq.reader.features import ANSWER_SENTENCE_FEATURES
+
+    folder, _ = tiny_reader
+    assert not set(ANSWER_SENTENCE_FEATURES) & set(json.loads((folder / "config.json").read_text())["features"])
+    cache = folder.parents[2] / "cache"  # the rows hold every feature: no item is read again
+    cfg = load_config(repo_root / "params.yaml", TINY + ["reader.answer_sentence=true", f"paths.data={tmp_path}",
+                                                         f"paths.cache={cache}"])
+    run_train_reader(cfg, progress=False)
+    trained = tmp_path / cfg.backbone.name / "reader"
+    assert json.loads((trained / "config.json").read_text())["features"] == list(FEATURES)
+    reading = Reader.load(trained).read(["The bridge opened in 1937."], "The bridge opened in 1925.", "When?")
+    assert reading.u_raw.shape == (3,) and reading.x.shape[1] == len(FEATURES)
+
+
 def test_a_reader_trained_with_the_backbones_readings_reads_them_from_the_backbone_it_is_given(repo_root, tmp_path):
     import pytest
 
     from spanuq.llm.loading import load_backbone
     from spanuq.reader.backbone import Backbone
-    from spanuq.reader.features import READER_FEATURES
+    from spanuq.reader.features import ANSWER_SENTENCE_FEATURES, READER_FEATURES
 
     few = ["reader.sets.wice.train=2", "reader.sets.wice.dev=2", "reader.sets.swaps.train=2", "reader.sets.swaps.dev=2",
            "reader.sets.summedits.train=2", "reader.sets.summedits.dev=0", "reader.epochs=2", "reader.members=1",
@@ -106,7 +121,8 @@ def test_a_reader_trained_with_the_backbones_readings_reads_them_from_the_backbo
     cfg = load_config(repo_root / "params.yaml", few)
     report = run_train_reader(cfg, progress=False)
     folder = tmp_path / "data" / cfg.backbone.name / "reader"
-    assert json.loads((folder / "config.json").read_text())["features"] == list(READER_FEATURES)
+    assert json.loads((folder / "config.json").read_text())["features"] == [
+        f for f in READER_FEATURES if f not in ANSWER_SENTENCE_FEATURES]
     items = report["train"]["items"] + sum(d["items"] for d in report["dev"].values())
     assert len(list((tmp_path / "cache").rglob("reader_readings/**/*.json"))) == items  # each item's, cached
     reader = Reader.load(folder)

@@ -18,6 +18,10 @@ punctuation mark) gets a row of `FEATURES`:
   the word, the largest share of the question's other content words within `NEAR` words of it in one source
   sentence (``question_near``) and in that whole sentence (``question_sentence``): an answer to the question
   stands by the words that ask for it ("ran on the Fox network" for "Which network did House run on?");
+* **the answer sentence** — the same two shares with the other content words of the word's answer sentence that the
+  sources hold (``answer_near``, ``answer_sentence``; 1 when there are none): a fact stands in the sources beside the
+  words it is said with, so a name swapped in from another sentence of the passage is in the sources but not beside
+  them;
 * **the word itself** — punctuation, function word, number, capitalised, word pieces, its place in its
   sentence, how often the sources hold it, how many sentences the sources have.
 
@@ -51,8 +55,10 @@ MAX_SENTENCE_CHARS = 600  # a longer source "sentence" (a table, a list) is read
 
 FEATURES = ("absent_all", "absent_stem", "absent_top1", "absent_top3", "absent_top5",
             "align_all", "align_top1", "align_top3", "align_top5", "sim_top1", "sim_top3",
-            "in_question", "question_gap", "question_near", "question_sentence", "punct", "function", "number", "capital", "pieces", "place",
-            "log_count", "log_sentences")
+            "in_question", "question_gap", "question_near", "question_sentence", "answer_near", "answer_sentence",
+            "punct", "function", "number", "capital", "pieces", "place", "log_count", "log_sentences")
+# trained on only with ``reader.answer_sentence`` (off in every preset: docs/grounded.md weighs them)
+ANSWER_SENTENCE_FEATURES = ("answer_near", "answer_sentence")
 BACKBONE_FEATURES = ("surprisal_given", "surprisal_without", "surprisal_change")  # `spanuq.reader.backbone`
 READER_FEATURES = FEATURES + BACKBONE_FEATURES  # every column a reader's net may be trained on
 
@@ -97,12 +103,17 @@ def source_sentences(passages: list[str]) -> tuple[list[str], list[int]]:
     return (out, of) if out else ([""], [0])
 
 
-def _question_nearness(fs: list[str], question: set[str], positions: dict, sent_forms: list[list[str]]
-                        ) -> tuple[float, float]:
-    """(``question_near``, ``question_sentence``) of a word whose forms are ``fs`` (module docstring)."""
-    q = question - set(fs)
-    if not fs or not q or fs[0] not in positions:
+def _nearness(fs: list[str], words: set[str], positions: dict, sent_forms: list[list[str]], alone: float = 0.0
+              ) -> tuple[float, float]:
+    """Of a word whose forms are ``fs``, over the source sentences holding it: the largest share of ``words`` (but
+    its own) within `NEAR` words of it, and in the whole sentence (``question_near`` / ``question_sentence`` with
+    the question's content words; ``answer_near`` / ``answer_sentence`` with the content words of its answer
+    sentence that the sources hold).  0 for a word the sources do not hold; ``alone`` when ``words`` has no other."""
+    q = words - set(fs)
+    if not fs or fs[0] not in positions:
         return 0.0, 0.0
+    if not q:
+        return alone, alone
     near = whole = 0.0
     for k, j in positions[fs[0]]:
         words = sent_forms[k]
@@ -144,6 +155,8 @@ def word_rows(encoder: SourceEncoder, passages: list[str], answer: str, question
     q = (question or "").strip()
     q_forms = set(forms(q))
     q_content = {f for f in q_forms if f not in FUNCTION_WORDS}
+    a_content = [{f for f in forms(with_digits(answer[s:e])) if f not in FUNCTION_WORDS and f in all_forms}
+                 for s, e in a_sents]
     queries = [(q + " " + answer[s:e]).strip() for s, e in a_sents]
     encoded = encoder.encode(sents + [answer] + queries + ([q] if q else []))
     src, ans, qenc = encoded[: len(sents)], encoded[len(sents)], encoded[len(sents) + 1: len(sents) + 1 + len(queries)]
@@ -181,7 +194,7 @@ def word_rows(encoder: SourceEncoder, passages: list[str], answer: str, question
             float(col.max(initial=-1.0)), *(top_align[t] for t in TOP_K),
             float(sims[order[0]]), float(sims[order[:3]].mean()),
             float(bool(fs) and all(f in q_forms for f in fs)), gap,
-            *_question_nearness(fs, q_content, positions, sent_words),
+            *_nearness(fs, q_content, positions, sent_words), *_nearness(fs, a_content[k], positions, sent_words, alone=1.0),
             float(not fs), float(bool(fs) and all(f in FUNCTION_WORDS for f in fs)),
             float(any(c.isdigit() for c in text)), float(text[:1].isupper()),
             float(encoder.n_pieces(text)), (s - a) / max(1, b - a),

@@ -45,7 +45,7 @@ from ..pipeline.paths import StagePaths
 from ..reader import model as net_io
 from .reader_rows import ItemRows, items_for, rows_for, with_readings
 from ..reader.encoder import load_encoder
-from ..reader.features import BACKBONE_FEATURES, FEATURES, READER_FEATURES
+from ..reader.features import ANSWER_SENTENCE_FEATURES, BACKBONE_FEATURES, FEATURES, READER_FEATURES
 from ..reader.model import NetConfig, ReaderNet, with_neighbours
 from ..reader.answer import ANSWER_COLUMNS, answer_columns, answer_score
 from ..reader.spans import span_scores, spans_of
@@ -255,7 +255,8 @@ def run_train_reader(cfg: Config, progress: bool = True) -> dict:
     cache = ItemCache(paths.stage_cache("reader_rows"))
     train = rows_for(encoder, items_for(rc.sets, "train", nlp, tuple(rc.swap_forms)), cache, progress)
     dev = rows_for(encoder, items_for(rc.sets, "dev", nlp, tuple(rc.swap_forms)), cache, progress)
-    names = rc.features or (READER_FEATURES if rc.backbone_readings else FEATURES)
+    names = rc.features or [f for f in (READER_FEATURES if rc.backbone_readings else FEATURES)
+                            if rc.answer_sentence or f not in ANSWER_SENTENCE_FEATURES]
     columns = [READER_FEATURES.index(f) for f in names]
     backbone = readings = None
     if any(f in BACKBONE_FEATURES for f in names):  # the backbone's readings beside the features (cached per item)

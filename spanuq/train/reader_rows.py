@@ -25,7 +25,7 @@ from ..pipeline.files import iter_jsonl
 from ..reader.backbone import TOP, backbone_rows
 from ..reader.features import FEATURES, WordRows, word_rows
 
-ROWS_VERSION = 2  # bump when `word_rows` changes what it computes
+ROWS_VERSION = 3  # bump when `word_rows` changes what it computes
 
 
 @dataclass(frozen=True)
