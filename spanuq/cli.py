@@ -59,7 +59,8 @@ def _pipeline_commands(sub) -> None:
     sp.add_argument("--out", default=None, help="output folder (default: data/<backbone>/layer_probe)")
     sp = _command(sub, "ablate", "train every params.yaml `ablate.rows` switch set on one split: one table")
     sp.add_argument("--rows", default=None, help="comma-separated row names (default: all; with --cv the first two); "
-                                                  "with --cv also inline rows, e.g. label.sample_answers=0")
+                                                  "with --cv also inline rows, e.g. label.sample_answers=0; rows separated by ';' "
+                                                  "when a row sets several keys: 'default;a=1,b=2'")
     sp.add_argument("--cv", type=int, default=None, metavar="K",
                     help="cross-validate the rows on the train split in K folds instead (a dev split too small "
                          "to choose): every training answer scored once (spanuq/train/cv.py)")
@@ -143,7 +144,9 @@ def _probe_layers(args, cfg) -> int:
 
 
 def _ablate(args, cfg) -> int:
-    rows = args.rows.split(",") if args.rows else None
+    from .train.cv import row_names
+
+    rows = row_names(args.rows)
     if args.cv:
         from .train.cv import run_cv
 

@@ -46,7 +46,7 @@ def test_rows_train_on_the_same_split_and_make_one_table(make_cfg):
 def test_cross_validation_scores_every_greedy_training_answer_once_and_resumes(make_cfg):
     """`spanuq ablate --cv K`: folds by prompt (a prompt's sample answers stay in its fold), each row
     and the surface prior score every held-out greedy answer once, a finished (fold, row) is kept."""
-    from spanuq.train.cv import cv_rows, cv_scores, cv_table, fold_of
+    from spanuq.train.cv import cv_rows, cv_scores, cv_table, fold_of, row_names
 
     cfg = make_cfg("train.batch_size=4", "train.warmup_epochs=1", "train.joint_epochs=1")
     cfg = cfg.model_copy(update={"probe": TINY})
@@ -57,6 +57,9 @@ def test_cross_validation_scores_every_greedy_training_answer_once_and_resumes(m
     assert sorted(folds.values()) == [0, 0, 1, 1, 2, 2]
     rows = cv_rows(cfg, ["default", "probe.ucir=false"])
     assert rows[1].set == {"probe.ucir": False}
+    assert row_names("default,span skip off") == ["default", "span skip off"]
+    two = cv_rows(cfg, row_names("default; train.batch_size=16,train.joint_epochs=18"))  # one row, two keys
+    assert [r.set for r in two] == [{}, {"train.batch_size": 16, "train.joint_epochs": 18}]
     with pytest.raises(ValueError, match="no ablate.rows named"):
         cv_rows(cfg, ["no such row"])
     from spanuq.baselines.surface_prior import SurfacePrior

@@ -46,6 +46,14 @@ def fold_of(prompt_ids: list[str], folds: int) -> dict[str, int]:
     return out
 
 
+def row_names(text: str | None) -> list[str] | None:
+    """``--rows`` as row names: separated by ``;`` when there is one (so an inline row can set several keys,
+    ``default;train.batch_size=16,train.joint_epochs=18``), else by ``,`` (``default,span skip off``)."""
+    if not text:
+        return None
+    return [n.strip() for n in text.split(";" if ";" in text else ",") if n.strip()]
+
+
 def cv_rows(cfg: Config, names: list[str] | None) -> list[AblateRow]:
     """``ablate.rows`` entries by name, or inline rows ``key=value,key=value`` (values as on the command line)."""
     rows = {r.name: r for r in cfg.ablate.rows}
